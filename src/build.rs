@@ -1,0 +1,503 @@
+//! The build: fills a scope's level tree (see [`crate::plan`]) with nodes, as a DAG — a node
+//! is compressed as soon as its inputs exist, with no barrier between levels — under one
+//! global limit on concurrent sub-model calls. Nodes already in the store and live are cache
+//! hits and cost nothing. A failed node is reported as data, never fails the build.
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::level::Level;
+use crate::model::{CompressRequest, Passage, SubModel, offline};
+use crate::node::{Meta, Node, NodeId, Span, merge_spans};
+use crate::plan::Plan;
+use crate::store::Store;
+use crate::token;
+use futures::future::{join, join_all};
+use serde::Serialize;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use tokio::sync::Semaphore;
+
+/// Receives build progress (a progress bar on a TTY, nothing in tests).
+pub trait Progress: Send + Sync {
+    fn start(&self, _total: u64, _what: &str) {}
+    fn inc(&self, _n: u64) {}
+    fn finish(&self) {}
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// A node that could not be built, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct BuildFailure {
+    pub node: String,
+    pub level: Level,
+    pub what: String,
+    pub error: String,
+}
+
+/// What a build did. Partial failure is data: `failures` lists what could not be built.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BuildReport {
+    pub scope: String,
+    pub nodes_total: usize,
+    pub nodes_built: usize,
+    pub cache_hits: usize,
+    /// Calls to the configured sub-model (retries included).
+    pub model_calls: u64,
+    /// Nodes whose model output was unusable and were made by the offline compressor.
+    pub fallbacks: u64,
+    pub failures: Vec<BuildFailure>,
+    pub elapsed_ms: u64,
+    /// Nodes built at each level (full, detailed, summary, abstract, metadata).
+    pub built_by_level: [usize; 5],
+    /// Nodes written to the full-text index.
+    pub indexed: usize,
+}
+
+pub(crate) struct Builder<'a> {
+    pub store: &'a Store,
+    pub plan: &'a Plan,
+    pub model: &'a dyn SubModel,
+    /// Replaces the model's output when it fails (the offline compressor in production).
+    pub fallback: &'a dyn SubModel,
+    pub cfg: &'a Config,
+    pub now: u64,
+    pub progress: &'a dyn Progress,
+}
+
+struct Run<'a> {
+    b: &'a Builder<'a>,
+    sem: Semaphore,
+    calls: AtomicU64,
+    fallbacks: AtomicU64,
+    hits: AtomicU64,
+    built: Mutex<Vec<Node>>,
+    failures: Mutex<Vec<BuildFailure>>,
+}
+
+impl Builder<'_> {
+    /// Runs the build. Returns the report and the nodes it built (for the index).
+    pub async fn run(&self) -> Result<(BuildReport, Vec<Node>)> {
+        let t0 = Instant::now();
+        let run = Run {
+            b: self,
+            sem: Semaphore::new(self.cfg.build.concurrency),
+            calls: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            built: Mutex::new(Vec::new()),
+            failures: Mutex::new(Vec::new()),
+        };
+        self.progress.start(
+            self.plan.n_derived() as u64,
+            &format!("compressing {}", self.plan.scope),
+        );
+        let summaries = join_all((0..self.plan.groups.len()).map(|gi| run.group(gi))).await;
+        if let Some(abs) = run.abstract_node(summaries).await? {
+            run.metadata(&abs).await?;
+        }
+        self.progress.finish();
+        let built = run.built.into_inner().expect("poisoned");
+        let failures = run.failures.into_inner().expect("poisoned");
+        let mut by_level = [0usize; 5];
+        for n in &built {
+            by_level[n.level.as_u8() as usize] += 1;
+        }
+        let report = BuildReport {
+            scope: self.plan.scope.clone(),
+            nodes_total: self.plan.n_derived(),
+            nodes_built: built.len(),
+            cache_hits: run.hits.load(Ordering::Relaxed) as usize,
+            model_calls: run.calls.load(Ordering::Relaxed),
+            fallbacks: run.fallbacks.load(Ordering::Relaxed),
+            failures,
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+            built_by_level: by_level,
+            indexed: 0,
+        };
+        Ok((report, built))
+    }
+}
+
+impl Run<'_> {
+    fn fail(&self, id: NodeId, level: Level, what: String, error: String) {
+        tracing::warn!(%what, %error, "node not built");
+        self.failures.lock().expect("poisoned").push(BuildFailure {
+            node: id.to_hex(),
+            level,
+            what,
+            error,
+        });
+        self.b.progress.inc(1);
+    }
+
+    fn cached(&self, id: &NodeId) -> Result<Option<Node>> {
+        let n = self.b.store.get_live(id, self.b.now)?;
+        if n.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            self.b.progress.inc(1);
+        }
+        Ok(n)
+    }
+
+    fn expires_at(&self) -> Option<u64> {
+        match self.b.cfg.store.ttl_secs {
+            0 => None,
+            ttl => Some(self.b.now.saturating_add(ttl)),
+        }
+    }
+
+    fn save(&self, node: Node) -> Result<Node> {
+        self.b.store.put_node(&node)?;
+        self.built.lock().expect("poisoned").push(node.clone());
+        self.b.progress.inc(1);
+        Ok(node)
+    }
+
+    /// Asks the model, validates the output, retries, and falls back to the offline
+    /// compressor. Returns `Err` only when even the fallback failed.
+    async fn compress(&self, req: CompressRequest) -> Result<String, String> {
+        let mut last = String::new();
+        for _ in 0..=self.b.cfg.build.retries {
+            let out = {
+                let _permit = self.sem.acquire().await.expect("semaphore closed");
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                self.b.model.compress(req.clone()).await
+            };
+            match out {
+                Ok(text) => match validate(&text, &req, self.b.model.trusted()) {
+                    Ok(()) => return Ok(text),
+                    Err(e) => last = e,
+                },
+                Err(e) => last = e.to_string(),
+            }
+        }
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(error = %last, "model output replaced by the fallback compressor");
+        match self.b.fallback.compress(req.clone()).await {
+            Ok(text) if validate(&text, &req, true).is_ok() => Ok(text),
+            Ok(_) => Err(format!("{last}; fallback output unusable too")),
+            Err(e) => Err(format!("{last}; fallback failed: {e}")),
+        }
+    }
+
+    async fn group(&self, gi: usize) -> Option<Node> {
+        let plan = self.b.plan;
+        let g = &plan.groups[gi];
+        let dets: Vec<Option<Node>> = join_all(g.chunks.iter().map(|&ci| self.detailed(ci))).await;
+        let metas = join_all(dets.iter().flatten().map(|d| async {
+            if let Err(e) = self.metadata(d).await {
+                self.fail(d.id, Level::Metadata, "metadata".into(), e.to_string());
+            }
+        }));
+        let summary = async {
+            let what = format!("{} summary", g.label);
+            if dets.iter().any(Option::is_none) {
+                self.fail(
+                    g.summary,
+                    Level::Summary,
+                    what,
+                    "an input node failed".into(),
+                );
+                return None;
+            }
+            let dets: Vec<&Node> = dets.iter().flatten().collect();
+            match self.summary(gi, &dets).await {
+                Ok(Some(s)) => {
+                    if let Err(e) = self.metadata(&s).await {
+                        self.fail(s.id, Level::Metadata, "metadata".into(), e.to_string());
+                    }
+                    Some(s)
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    self.fail(g.summary, Level::Summary, what, e.to_string());
+                    None
+                }
+            }
+        };
+        join(metas, summary).await.1
+    }
+
+    async fn detailed(&self, ci: usize) -> Option<Node> {
+        let c = &self.b.plan.chunks[ci];
+        let what = format!(
+            "{} [{}..{}) detailed",
+            self.b.plan.sources[c.source].id, c.start, c.end
+        );
+        let r: Result<Option<Node>> = async {
+            if let Some(n) = self.cached(&c.detailed)? {
+                return Ok(Some(n));
+            }
+            let full = self.b.store.get_node(&c.full)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("FULL node {} is missing", c.full))
+            })?;
+            let target = ((full.tokens as f64) * self.b.cfg.levels.detailed_ratio).ceil() as usize;
+            let req = CompressRequest {
+                level: Level::Detailed,
+                passages: vec![Passage {
+                    text: full.text.clone(),
+                    label: None,
+                }],
+                target_tokens: target.max(1),
+            };
+            match self.compress(req).await {
+                Ok(text) => Ok(Some(self.save(self.derived(
+                    c.detailed,
+                    Level::Detailed,
+                    text,
+                    vec![full.id],
+                    full.citations.clone(),
+                    full.meta.clone(),
+                ))?)),
+                Err(e) => {
+                    self.fail(c.detailed, Level::Detailed, what.clone(), e);
+                    Ok(None)
+                }
+            }
+        }
+        .await;
+        r.unwrap_or_else(|e| {
+            self.fail(c.detailed, Level::Detailed, what, e.to_string());
+            None
+        })
+    }
+
+    async fn summary(&self, gi: usize, dets: &[&Node]) -> Result<Option<Node>> {
+        let plan = self.b.plan;
+        let g = &plan.groups[gi];
+        if let Some(n) = self.cached(&g.summary)? {
+            return Ok(Some(n));
+        }
+        let passages = g
+            .chunks
+            .iter()
+            .zip(dets)
+            .map(|(&ci, d)| Passage {
+                text: d.text.clone(),
+                label: plan.sources[plan.chunks[ci].source].speaker.clone(),
+            })
+            .collect();
+        let target = (g.full_tokens as f64 * self.b.cfg.levels.summary_ratio).ceil() as usize;
+        let req = CompressRequest {
+            level: Level::Summary,
+            passages,
+            target_tokens: target.max(1),
+        };
+        match self.compress(req).await {
+            Ok(text) => {
+                let meta = merge_meta(dets.iter().map(|d| &d.meta));
+                let spans = merge_spans(dets.iter().flat_map(|d| d.citations.iter().cloned()));
+                let children = dets.iter().map(|d| d.id).collect();
+                Ok(Some(self.save(self.derived(
+                    g.summary,
+                    Level::Summary,
+                    text,
+                    children,
+                    spans,
+                    meta,
+                ))?))
+            }
+            Err(e) => {
+                self.fail(g.summary, Level::Summary, format!("{} summary", g.label), e);
+                Ok(None)
+            }
+        }
+    }
+
+    async fn abstract_node(&self, summaries: Vec<Option<Node>>) -> Result<Option<Node>> {
+        let plan = self.b.plan;
+        if let Some(n) = self.cached(&plan.abstract_id)? {
+            return Ok(Some(n));
+        }
+        if summaries.iter().any(Option::is_none) || summaries.is_empty() {
+            self.fail(
+                plan.abstract_id,
+                Level::Abstract,
+                format!("{} abstract", plan.scope),
+                "an input node failed".into(),
+            );
+            return Ok(None);
+        }
+        let sums: Vec<Node> = summaries.into_iter().flatten().collect();
+        let passages = plan
+            .groups
+            .iter()
+            .zip(&sums)
+            .map(|(g, s)| Passage {
+                text: s.text.clone(),
+                label: Some(g.label.clone()),
+            })
+            .collect();
+        let lv = &self.b.cfg.levels;
+        let target = ((plan.full_tokens as f64 * lv.abstract_ratio).ceil() as usize)
+            .min(lv.abstract_max_tokens)
+            .max(1);
+        let req = CompressRequest {
+            level: Level::Abstract,
+            passages,
+            target_tokens: target,
+        };
+        match self.compress(req).await {
+            Ok(text) => {
+                let meta = merge_meta(sums.iter().map(|s| &s.meta));
+                let spans = merge_spans(sums.iter().flat_map(|s| s.citations.iter().cloned()));
+                let children = sums.iter().map(|s| s.id).collect();
+                Ok(Some(self.save(self.derived(
+                    plan.abstract_id,
+                    Level::Abstract,
+                    text,
+                    children,
+                    spans,
+                    meta,
+                ))?))
+            }
+            Err(e) => {
+                self.fail(
+                    plan.abstract_id,
+                    Level::Abstract,
+                    format!("{} abstract", plan.scope),
+                    e,
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// METADATA of `target`: tags extracted from the FULL text beneath it.
+    async fn metadata(&self, target: &Node) -> Result<()> {
+        let Some(&id) = self.b.plan.metadata.get(&target.id) else {
+            return Ok(());
+        };
+        if self.cached(&id)?.is_some() {
+            return Ok(());
+        }
+        // The source text beneath: read through the citations (they tile the sources).
+        let mut texts = Vec::with_capacity(target.citations.len());
+        for span in &target.citations {
+            let t = self
+                .b
+                .store
+                .get_text(&target.scope, &span.source)?
+                .ok_or_else(|| {
+                    crate::Error::DataCorruption(format!("source {} has no text", span.source))
+                })?;
+            texts.push(t[span.start as usize..span.end as usize].to_string());
+        }
+        let tags = crate::model::spawn_cpu(move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            offline::tags(&refs, 12)
+        })
+        .await
+        .map_err(crate::Error::invalid)?;
+        let mut meta = target.meta.clone();
+        let text = render_tags(&meta, &tags);
+        meta.tags = Some(tags);
+        self.save(self.derived(
+            id,
+            Level::Metadata,
+            text,
+            vec![target.id],
+            target.citations.clone(),
+            meta,
+        ))?;
+        Ok(())
+    }
+
+    fn derived(
+        &self,
+        id: NodeId,
+        level: Level,
+        text: String,
+        children: Vec<NodeId>,
+        citations: Vec<Span>,
+        meta: Meta,
+    ) -> Node {
+        Node {
+            id,
+            scope: self.b.plan.scope.clone(),
+            level,
+            tokens: token::count(&text) as u32,
+            text,
+            children,
+            citations,
+            meta,
+            created_at: self.b.now,
+            expires_at: self.expires_at(),
+        }
+    }
+}
+
+/// Model output is untrusted: it must be non-empty text within reach of its budget. A
+/// `trusted` compressor (the offline one, which may keep one whole sentence over budget
+/// rather than cut it) is only checked for emptiness.
+fn validate(text: &str, req: &CompressRequest, trusted: bool) -> Result<(), String> {
+    let input_blank = req.passages.iter().all(|p| p.text.trim().is_empty());
+    if text.trim().is_empty() && !input_blank {
+        return Err("empty output".into());
+    }
+    if trusted {
+        return Ok(());
+    }
+    let t = token::count(text);
+    let limit = req.target_tokens + req.target_tokens / 2 + 16;
+    if t > limit {
+        return Err(format!(
+            "output of {t} tokens is over the budget of {}",
+            req.target_tokens
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn merge_meta<'a>(metas: impl Iterator<Item = &'a Meta>) -> Meta {
+    let mut m = Meta::default();
+    for x in metas {
+        for r in &x.rounds {
+            if !m.rounds.contains(r) {
+                m.rounds.push(*r);
+            }
+        }
+        for s in &x.speakers {
+            if !m.speakers.contains(s) {
+                m.speakers.push(s.clone());
+            }
+        }
+        if m.headings.is_empty() {
+            m.headings = x.headings.clone();
+        }
+    }
+    m.rounds.sort_unstable();
+    m
+}
+
+fn render_tags(meta: &Meta, t: &crate::node::Tags) -> String {
+    let mut parts = Vec::new();
+    if !meta.speakers.is_empty() {
+        parts.push(format!("speakers: {}", meta.speakers.join(", ")));
+    }
+    if let (Some(a), Some(b)) = (meta.rounds.first(), meta.rounds.last()) {
+        parts.push(if a == b {
+            format!("round: {a}")
+        } else {
+            format!("rounds: {a}-{b}")
+        });
+    }
+    if !meta.headings.is_empty() {
+        parts.push(format!("section: {}", meta.headings.join(" › ")));
+    }
+    for (name, v) in [
+        ("entities", &t.entities),
+        ("numbers", &t.numbers),
+        ("dates", &t.dates),
+        ("keywords", &t.keywords),
+    ] {
+        if !v.is_empty() {
+            parts.push(format!("{name}: {}", v.join(", ")));
+        }
+    }
+    parts.join("; ")
+}

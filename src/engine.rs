@@ -1,0 +1,746 @@
+//! The engine: one store, one index, one sub-model, one configuration. Every interface (CLI
+//! today; HTTP and MCP later) is a thin layer over these methods.
+
+use crate::build::{BuildReport, Builder, Progress};
+use crate::chunk::{self, Structure};
+use crate::config::Config;
+use crate::context::{ContextWindow, LevelChoice};
+use crate::error::{Error, Result};
+use crate::index::Index;
+use crate::level::Level;
+use crate::model::{Offline, SubModel};
+use crate::navigate::{Explorer, QueryResult};
+use crate::node::{Meta, Node, NodeId, Span, full_id};
+use crate::plan::Plan;
+use crate::source::{self, InputFile, SourceInput};
+use crate::store::{ChunkRef, ScopeKind, ScopeRecord, SourceEntry, SourceRecord, Store};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Seconds since the Unix epoch. Everything that depends on time takes `now` as a parameter;
+/// only the outermost caller reads the clock.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub struct Engine {
+    store: Store,
+    index: Index,
+    cfg: Config,
+    model: Arc<dyn SubModel>,
+    fallback: Arc<dyn SubModel>,
+}
+
+/// What an ingest did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IngestReport {
+    pub scope: String,
+    pub kind: Option<ScopeKind>,
+    pub files: usize,
+    pub bytes: u64,
+    pub added: usize,
+    pub replaced: usize,
+    pub unchanged: usize,
+    pub removed: usize,
+    pub chunks_written: usize,
+}
+
+/// One `grep` result.
+#[derive(Clone, Debug, Serialize)]
+pub struct GrepHit {
+    pub id: String,
+    pub scope: String,
+    pub level: Level,
+    pub score: f32,
+    pub citations: usize,
+    pub first_span: Option<Span>,
+    pub text: String,
+}
+
+/// Store-wide numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    pub scopes: Vec<ScopeStats>,
+    pub nodes: usize,
+    pub indexed_docs: u64,
+    pub next_expiry: Option<u64>,
+    pub disk_bytes: u64,
+    pub tokenizer: &'static str,
+    pub model: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScopeStats {
+    pub scope: String,
+    pub kind: ScopeKind,
+    pub sources: usize,
+    pub chunks: usize,
+    pub groups: usize,
+    pub full_tokens: u64,
+    /// Live nodes per level (full, detailed, summary, abstract, metadata) of the current tree.
+    pub live_by_level: [usize; 5],
+    /// Nodes of the current tree that are missing or expired (a build would make them).
+    pub stale: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GcReport {
+    pub expired: usize,
+    pub unreachable: usize,
+    pub remaining: usize,
+}
+
+impl Engine {
+    /// Opens the store and index under `dir` (created if missing). A missing or unreadable
+    /// index is rebuilt from the store.
+    pub fn open(dir: &Path, cfg: Config) -> Result<Engine> {
+        let store = Store::open(dir)?;
+        let (index, fresh) = Index::open(&dir.join("index"))?;
+        let e = Engine::from_parts(store, index, cfg);
+        if fresh && e.store.n_nodes() > 0 {
+            tracing::info!("index missing: rebuilding it from the store");
+            e.reindex(unix_now())?;
+        }
+        Ok(e)
+    }
+
+    /// An engine that lives in memory (tests, benchmarks).
+    pub fn in_memory(cfg: Config) -> Result<Engine> {
+        Ok(Engine::from_parts(
+            Store::temporary()?,
+            Index::in_memory()?,
+            cfg,
+        ))
+    }
+
+    fn from_parts(store: Store, index: Index, cfg: Config) -> Engine {
+        Engine {
+            store,
+            index,
+            cfg,
+            model: Arc::new(Offline),
+            fallback: Arc::new(Offline),
+        }
+    }
+
+    /// Uses `model` for compression (the offline compressor stays the fallback).
+    pub fn with_model(mut self, model: Arc<dyn SubModel>) -> Engine {
+        self.model = model;
+        self
+    }
+
+    /// Replaces the fallback compressor (tests of failure handling).
+    pub fn with_fallback(mut self, fallback: Arc<dyn SubModel>) -> Engine {
+        self.fallback = fallback;
+        self
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn model_identity(&self) -> String {
+        self.model.identity()
+    }
+
+    // ---------------------------------------------------------------- scopes and plans
+
+    pub fn scope(&self, name: &str) -> Result<ScopeRecord> {
+        self.store.get_scope(name)?.ok_or_else(|| {
+            let known: Vec<String> = self
+                .store
+                .scopes()
+                .map(|v| v.into_iter().map(|s| s.name).collect())
+                .unwrap_or_default();
+            Error::UnknownScope {
+                scope: name.to_string(),
+                known: if known.is_empty() {
+                    "none yet; run `strata ingest` first".into()
+                } else {
+                    known.join(", ")
+                },
+            }
+        })
+    }
+
+    pub fn scope_names(&self) -> Result<Vec<String>> {
+        Ok(self.store.scopes()?.into_iter().map(|s| s.name).collect())
+    }
+
+    /// The current level tree of `scope`, as ids.
+    pub fn plan(&self, scope: &str) -> Result<Plan> {
+        let rec = self.scope(scope)?;
+        Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)
+    }
+
+    // ---------------------------------------------------------------- ingest
+
+    /// Reads, validates and ingests files into `scope`. Every file is read and validated
+    /// before anything is written: one bad file changes nothing.
+    pub fn ingest_files(
+        &self,
+        scope: &str,
+        kind: Option<ScopeKind>,
+        paths: &[PathBuf],
+        now: u64,
+    ) -> Result<IngestReport> {
+        if paths.is_empty() {
+            return Err(Error::invalid("no files given"));
+        }
+        validate_scope_name(scope)?;
+        let existing = self.store.get_scope(scope)?;
+        let mut files = Vec::with_capacity(paths.len());
+        for p in paths {
+            let k = kind
+                .or(existing.as_ref().map(|s| s.kind))
+                .unwrap_or_else(|| source::guess_kind(p));
+            files.push(source::read_file(p, k)?);
+        }
+        let kinds: HashSet<_> = files.iter().map(|f| f.kind).collect();
+        if kinds.len() > 1 {
+            return Err(Error::invalid(
+                "a scope holds either documents or one debate: pass --kind, or ingest them into separate scopes",
+            ));
+        }
+        self.ingest(scope, &files, now)
+    }
+
+    /// Ingests already-validated inputs. For a debate file, turns of an earlier version of
+    /// the same file that are gone now are removed.
+    pub fn ingest(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
+        let kind = files.first().map(|f| f.kind).unwrap_or(ScopeKind::Doc);
+        let mut rec = match self.store.get_scope(scope)? {
+            Some(r) if r.kind != kind => {
+                return Err(Error::invalid(format!(
+                    "scope `{scope}` holds {}s; this input is a {}",
+                    kind_name(r.kind),
+                    kind_name(kind)
+                )));
+            }
+            Some(r) => r,
+            None => ScopeRecord {
+                name: scope.to_string(),
+                kind,
+                sources: Vec::new(),
+                next_seq: 0,
+                index_dirty: false,
+                created_at: now,
+                updated_at: now,
+            },
+        };
+        let mut report = IngestReport {
+            scope: scope.to_string(),
+            kind: Some(kind),
+            files: files.len(),
+            ..Default::default()
+        };
+        // Crash safety: the index may lag the store until the commit below.
+        rec.index_dirty = true;
+        self.store.put_scope(&rec)?;
+        let mut to_index: Vec<Node> = Vec::new();
+        let mut to_unindex: Vec<NodeId> = Vec::new();
+        for f in files {
+            report.bytes += f.bytes;
+            if kind == ScopeKind::Debate {
+                let prefix = format!("{}#", f.path.display());
+                let keep: HashSet<&str> = f.sources.iter().map(|s| s.id.as_str()).collect();
+                let gone: Vec<String> = rec
+                    .sources
+                    .iter()
+                    .filter(|e| e.id.starts_with(&prefix) && !keep.contains(e.id.as_str()))
+                    .map(|e| e.id.clone())
+                    .collect();
+                for id in gone {
+                    to_unindex.extend(self.remove_source(&mut rec, &id)?);
+                    report.removed += 1;
+                }
+            }
+            for s in &f.sources {
+                let (outcome, added, removed) = self.put_source(&mut rec, s, now)?;
+                match outcome {
+                    Outcome::Added => report.added += 1,
+                    Outcome::Replaced => report.replaced += 1,
+                    Outcome::Unchanged => report.unchanged += 1,
+                }
+                report.chunks_written += added.len();
+                to_index.extend(added);
+                to_unindex.extend(removed);
+            }
+        }
+        self.index.delete(&to_unindex)?;
+        self.index.upsert(&to_index)?;
+        self.index.commit()?;
+        rec.index_dirty = false;
+        rec.updated_at = now;
+        sort_sources(&mut rec);
+        self.store.put_scope(&rec)?;
+        self.store.flush()?;
+        Ok(report)
+    }
+
+    /// Appends (or replaces) one debate turn — the incremental path a debate runner uses.
+    pub fn append_turn(
+        &self,
+        scope: &str,
+        source_id: String,
+        turn: source::Turn,
+        now: u64,
+    ) -> Result<IngestReport> {
+        let input = source::turn_input(source_id, turn)?;
+        let bytes = input.text.len() as u64;
+        let file = InputFile {
+            path: PathBuf::from(""),
+            kind: ScopeKind::Debate,
+            sources: vec![input],
+            bytes,
+        };
+        self.ingest(scope, &[file], now)
+    }
+
+    fn put_source(
+        &self,
+        rec: &mut ScopeRecord,
+        s: &SourceInput,
+        now: u64,
+    ) -> Result<(Outcome, Vec<Node>, Vec<NodeId>)> {
+        let hash = *blake3::hash(s.text.as_bytes()).as_bytes();
+        let budget = self.cfg.chunk.tokens;
+        let old = self.store.get_source(&rec.name, &s.id)?;
+        if let Some(o) = &old
+            && o.hash == hash
+            && o.round == s.round
+            && o.speaker == s.speaker
+            && o.chunk_tokens as usize == budget
+        {
+            return Ok((Outcome::Unchanged, Vec::new(), Vec::new()));
+        }
+        let structure = match rec.kind {
+            ScopeKind::Doc => Structure::Document,
+            ScopeKind::Debate => Structure::Turn,
+        };
+        let chunks = chunk::chunk(&s.text, structure, budget);
+        let meta = Meta {
+            rounds: s.round.into_iter().collect(),
+            speakers: s.speaker.iter().cloned().collect(),
+            headings: Vec::new(),
+            tags: None,
+        };
+        let nodes: Vec<Node> = chunks
+            .iter()
+            .map(|c| {
+                let text = s.text[c.start..c.end].to_string();
+                Node {
+                    id: full_id(&s.id, c.start, c.end, &text),
+                    scope: rec.name.clone(),
+                    level: Level::Full,
+                    tokens: c.tokens as u32,
+                    text,
+                    children: Vec::new(),
+                    citations: vec![Span {
+                        source: s.id.clone(),
+                        start: c.start as u64,
+                        end: c.end as u64,
+                    }],
+                    meta: Meta {
+                        headings: c.headings.clone(),
+                        ..meta.clone()
+                    },
+                    created_at: now,
+                    expires_at: None,
+                }
+            })
+            .collect();
+        let seq = match &old {
+            Some(o) => o.seq,
+            None => {
+                rec.next_seq += 1;
+                rec.next_seq - 1
+            }
+        };
+        let record = SourceRecord {
+            id: s.id.clone(),
+            scope: rec.name.clone(),
+            seq,
+            round: s.round,
+            speaker: s.speaker.clone(),
+            hash,
+            bytes: s.text.len() as u64,
+            chunk_tokens: budget as u32,
+            chunks: chunks
+                .iter()
+                .zip(&nodes)
+                .map(|(c, n)| ChunkRef {
+                    id: n.id,
+                    start: c.start as u64,
+                    end: c.end as u64,
+                    tokens: c.tokens as u32,
+                    section: c.section,
+                    headings: c.headings.clone(),
+                })
+                .collect(),
+        };
+        // New chunks first, then the record that points at them, then the old chunks go:
+        // a crash in between leaves the old or the new version whole, never neither.
+        for n in &nodes {
+            self.store.put_node(n)?;
+        }
+        self.store.put_source(&record, &s.text)?;
+        let mut removed = Vec::new();
+        if let Some(o) = &old {
+            let new_ids: HashSet<NodeId> = nodes.iter().map(|n| n.id).collect();
+            for c in &o.chunks {
+                if !new_ids.contains(&c.id) {
+                    self.store.remove_node(&c.id)?;
+                    removed.push(c.id);
+                }
+            }
+        }
+        rec.sources.retain(|e| e.id != s.id);
+        rec.sources.push(SourceEntry {
+            id: s.id.clone(),
+            round: s.round,
+            seq,
+        });
+        let outcome = if old.is_some() {
+            Outcome::Replaced
+        } else {
+            Outcome::Added
+        };
+        Ok((outcome, nodes, removed))
+    }
+
+    fn remove_source(&self, rec: &mut ScopeRecord, id: &str) -> Result<Vec<NodeId>> {
+        let mut removed = Vec::new();
+        if let Some(old) = self.store.get_source(&rec.name, id)? {
+            for c in &old.chunks {
+                self.store.remove_node(&c.id)?;
+                removed.push(c.id);
+            }
+        }
+        self.store.remove_source(&rec.name, id)?;
+        rec.sources.retain(|e| e.id != id);
+        Ok(removed)
+    }
+
+    // ---------------------------------------------------------------- build
+
+    /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
+    /// cache hits: an unchanged scope makes zero compressor calls.
+    pub async fn compress(
+        &self,
+        scope: &str,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<BuildReport> {
+        let mut rec = self.scope(scope)?;
+        let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
+        let was_dirty = rec.index_dirty;
+        let builder = Builder {
+            store: &self.store,
+            plan: &plan,
+            model: self.model.as_ref(),
+            fallback: self.fallback.as_ref(),
+            cfg: &self.cfg,
+            now,
+            progress,
+        };
+        let (mut report, built) = builder.run().await?;
+        if was_dirty {
+            // An earlier run stopped between the store and the index: redo the scope.
+            self.index.delete_scope(scope)?;
+            let mut nodes = Vec::new();
+            for id in plan.all_ids() {
+                if let Some(n) = self.store.get_live(&id, now)? {
+                    nodes.push(n);
+                }
+            }
+            report.indexed = nodes.len();
+            self.index.upsert(&nodes)?;
+        } else {
+            report.indexed = built.len();
+            self.index.upsert(&built)?;
+        }
+        if was_dirty || !built.is_empty() {
+            self.index.commit()?;
+        }
+        if was_dirty {
+            rec.index_dirty = false;
+            self.store.put_scope(&rec)?;
+        }
+        self.store.flush()?;
+        Ok(report)
+    }
+
+    /// Makes sure every node of `scope`'s tree is live, building what is missing or
+    /// expired. Context and query call this: an expired node is rebuilt, never served.
+    pub async fn ensure_built(
+        &self,
+        scope: &str,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<(Plan, Option<BuildReport>)> {
+        let plan = self.plan(scope)?;
+        let mut complete = true;
+        for id in plan.all_ids() {
+            if !self.store.contains_live(&id, now)? {
+                complete = false;
+                break;
+            }
+        }
+        if complete && !self.scope(scope)?.index_dirty {
+            return Ok((plan, None));
+        }
+        let report = self.compress(scope, now, progress).await?;
+        Ok((self.plan(scope)?, Some(report)))
+    }
+
+    /// A live node of `plan`, or a clear error when the build could not make it.
+    pub fn node(&self, id: &NodeId, now: u64) -> Result<Node> {
+        self.store.get_live(id, now)?.ok_or_else(|| {
+            Error::invalid(format!(
+                "node {id} is not available (its build failed; see `strata compress`)"
+            ))
+        })
+    }
+
+    /// The text of a source as ingested.
+    pub fn source_text(&self, scope: &str, source: &str) -> Result<String> {
+        self.store.get_text(scope, source)?.ok_or_else(|| {
+            Error::DataCorruption(format!("source {source} of scope {scope} has no text"))
+        })
+    }
+
+    // ---------------------------------------------------------------- reading
+
+    /// `scope` at a level (or `auto`) within `budget` tokens. Missing or expired nodes are
+    /// rebuilt first.
+    pub async fn context(
+        &self,
+        scope: &str,
+        choice: LevelChoice,
+        budget: usize,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<ContextWindow> {
+        if budget == 0 {
+            return Err(Error::invalid("the budget must be at least 1 token"));
+        }
+        let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        crate::context::window(self, &plan, choice, budget, now)
+    }
+
+    /// Answers `question` over `scopes` (all scopes when empty) with cited source spans.
+    pub async fn query(
+        &self,
+        scopes: &[String],
+        question: &str,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<QueryResult> {
+        if question.trim().is_empty() {
+            return Err(Error::invalid("the question is empty"));
+        }
+        let names = if scopes.is_empty() {
+            let all = self.scope_names()?;
+            if all.is_empty() {
+                return Err(Error::invalid("no scopes yet: run `strata ingest` first"));
+            }
+            all
+        } else {
+            scopes.to_vec()
+        };
+        let mut plans = Vec::with_capacity(names.len());
+        for s in &names {
+            plans.push(self.ensure_built(s, now, progress).await?.0);
+        }
+        let explorer = Explorer::new(self, plans, self.cfg.query.clone(), now);
+        crate::navigate::offline(explorer, question)
+    }
+
+    /// BM25 search over the current trees of `scopes` (all when empty) at `levels` (all
+    /// when empty): the `grep` primitive, exposed for people and agents.
+    pub fn grep(
+        &self,
+        scopes: &[String],
+        pattern: &str,
+        levels: &[Level],
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<GrepHit>> {
+        let names = if scopes.is_empty() {
+            self.scope_names()?
+        } else {
+            for s in scopes {
+                self.scope(s)?;
+            }
+            scopes.to_vec()
+        };
+        let mut current: HashSet<NodeId> = HashSet::new();
+        for s in &names {
+            current.extend(self.plan(s)?.all_ids());
+        }
+        let hits = self.index.search(&crate::index::Grep {
+            text: pattern,
+            scopes: &names,
+            levels,
+            within: None,
+            limit: limit.saturating_mul(2).max(limit),
+        })?;
+        let mut out = Vec::new();
+        for h in hits {
+            if out.len() >= limit || !current.contains(&h.id) {
+                continue;
+            }
+            if let Some(n) = self.store.get_live(&h.id, now)? {
+                out.push(GrepHit {
+                    id: n.id.to_hex(),
+                    scope: n.scope,
+                    level: n.level,
+                    score: h.score,
+                    citations: n.citations.len(),
+                    first_span: n.citations.first().cloned(),
+                    text: n.text,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    // ---------------------------------------------------------------- maintenance
+
+    pub fn stats(&self, now: u64) -> Result<Stats> {
+        let mut scopes = Vec::new();
+        for rec in self.store.scopes()? {
+            let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
+            let mut live = [0usize; 5];
+            let mut stale = 0;
+            for id in plan.all_ids() {
+                match self.store.get_live(&id, now)? {
+                    Some(n) => live[n.level.as_u8() as usize] += 1,
+                    None => stale += 1,
+                }
+            }
+            scopes.push(ScopeStats {
+                scope: rec.name.clone(),
+                kind: rec.kind,
+                sources: plan.sources.len(),
+                chunks: plan.chunks.len(),
+                groups: plan.groups.len(),
+                full_tokens: plan.full_tokens,
+                live_by_level: live,
+                stale,
+            });
+        }
+        Ok(Stats {
+            scopes,
+            nodes: self.store.n_nodes(),
+            indexed_docs: self.index.n_docs(),
+            next_expiry: self.store.next_deadline()?,
+            disk_bytes: self.store.size_on_disk(),
+            tokenizer: crate::token::TOKENIZER,
+            model: self.model.identity(),
+        })
+    }
+
+    /// Removes expired nodes, and nodes no scope's current tree reaches (left behind by
+    /// changed sources or another compressor), from the store and the index.
+    pub fn gc(&self, now: u64) -> Result<GcReport> {
+        let expired = self.store.sweep(now)?;
+        let mut reachable: HashSet<NodeId> = HashSet::new();
+        for rec in self.store.scopes()? {
+            let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
+            reachable.extend(plan.all_ids());
+        }
+        let mut unreachable = Vec::new();
+        for id in self.store.node_ids() {
+            let id = id?;
+            if !reachable.contains(&id) {
+                unreachable.push(id);
+            }
+        }
+        for id in &unreachable {
+            // FULL nodes are always reachable from their source record; only derived
+            // nodes are ever unreachable.
+            self.store.remove_node(id)?;
+        }
+        self.index.delete(&expired)?;
+        self.index.delete(&unreachable)?;
+        self.index.commit()?;
+        self.store.flush()?;
+        Ok(GcReport {
+            expired: expired.len(),
+            unreachable: unreachable.len(),
+            remaining: self.store.n_nodes(),
+        })
+    }
+
+    /// Rebuilds the index from the store: every live node of every scope's current tree.
+    pub fn reindex(&self, now: u64) -> Result<usize> {
+        self.index.delete_all()?;
+        let mut n = 0;
+        for mut rec in self.store.scopes()? {
+            let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
+            let mut batch = Vec::new();
+            for id in plan.all_ids() {
+                if let Some(node) = self.store.get_live(&id, now)? {
+                    batch.push(node);
+                }
+                if batch.len() >= 4096 {
+                    n += batch.len();
+                    self.index.upsert(&batch)?;
+                    batch.clear();
+                }
+            }
+            n += batch.len();
+            self.index.upsert(&batch)?;
+            if rec.index_dirty {
+                rec.index_dirty = false;
+                self.store.put_scope(&rec)?;
+            }
+        }
+        self.index.commit()?;
+        Ok(n)
+    }
+}
+
+enum Outcome {
+    Added,
+    Replaced,
+    Unchanged,
+}
+
+fn kind_name(k: ScopeKind) -> &'static str {
+    match k {
+        ScopeKind::Doc => "document",
+        ScopeKind::Debate => "debate",
+    }
+}
+
+fn sort_sources(rec: &mut ScopeRecord) {
+    match rec.kind {
+        ScopeKind::Doc => rec.sources.sort_by_key(|e| e.seq),
+        ScopeKind::Debate => rec.sources.sort_by_key(|e| (e.round.unwrap_or(0), e.seq)),
+    }
+}
+
+fn validate_scope_name(scope: &str) -> Result<()> {
+    if scope.trim().is_empty() || scope.contains('\0') || scope.len() > 200 {
+        return Err(Error::invalid(
+            "a scope name must be 1-200 characters, without NUL",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! One error type for the library. Subsystems convert into it with `#[from]`; only the
+//! binary wraps errors in `anyhow` with context.
+
+use std::path::PathBuf;
+
+/// Everything the library can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input from the user: a malformed file, an unknown level, a zero budget. The message
+    /// is meant to be shown as is.
+    #[error("{0}")]
+    Invalid(String),
+    /// A scope that was never ingested.
+    #[error("unknown scope `{scope}` (known scopes: {known})")]
+    UnknownScope { scope: String, known: String },
+    /// Reading an input file failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The embedded store failed (disk full, locked by another process, ...).
+    #[error("store: {0}")]
+    Store(#[from] sled::Error),
+    /// The store holds bytes we cannot decode: a newer format or a damaged file.
+    #[error("data corruption: {0}")]
+    DataCorruption(String),
+    /// The full-text index failed; it can always be rebuilt with `strata reindex`.
+    #[error("index: {0} (rebuild it with `strata reindex`)")]
+    Index(String),
+    /// A sub-model call failed after its retries.
+    #[error("model: {0}")]
+    Model(#[from] crate::model::ModelError),
+    /// A configuration file or variable is wrong.
+    #[error("config: {0}")]
+    Config(String),
+}
+
+impl Error {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,337 @@
+//! The full-text index (tantivy, BM25) over every level's text. Only this module knows
+//! tantivy. The index is derived from the store and can be rebuilt from it at any time.
+
+use crate::error::{Error, Result};
+use crate::level::Level;
+use crate::node::{Node, NodeId};
+use std::path::Path;
+use std::sync::Mutex;
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery, TermSetQuery};
+use tantivy::schema::{
+    Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
+    Value,
+};
+use tantivy::{IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+fn ierr(e: impl std::fmt::Display) -> Error {
+    Error::Index(e.to_string())
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    id: Field,
+    scope: Field,
+    level: Field,
+    source: Field,
+    round: Field,
+    speaker: Field,
+    text: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text_opts = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer("en_stem")
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
+    let f = Fields {
+        id: b.add_text_field("id", STRING | STORED),
+        scope: b.add_text_field("scope", STRING),
+        level: b.add_u64_field("level", INDEXED),
+        source: b.add_text_field("source", STRING),
+        round: b.add_u64_field("round", INDEXED),
+        speaker: b.add_text_field("speaker", STRING),
+        text: b.add_text_field("text", text_opts),
+    };
+    (b.build(), f)
+}
+
+/// A BM25 hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    pub id: NodeId,
+    pub score: f32,
+}
+
+/// What to search.
+#[derive(Clone, Debug, Default)]
+pub struct Grep<'a> {
+    pub text: &'a str,
+    /// Restrict to these scopes (empty = all).
+    pub scopes: &'a [String],
+    /// Restrict to these levels (empty = all).
+    pub levels: &'a [Level],
+    /// Restrict to these nodes (None = no restriction).
+    pub within: Option<&'a [NodeId]>,
+    pub limit: usize,
+}
+
+pub struct Index {
+    index: tantivy::Index,
+    reader: IndexReader,
+    /// Created on first write: opening a writer takes tantivy's directory lock, which a
+    /// read-only command (`query`, `context`) should never need.
+    writer: Mutex<Option<IndexWriter>>,
+    f: Fields,
+}
+
+impl Index {
+    /// Opens the index in `dir`, creating it if missing. Returns whether it was created
+    /// (then the caller rebuilds it from the store).
+    pub fn open(dir: &Path) -> Result<(Index, bool)> {
+        let (schema, f) = schema();
+        let exists = dir.join("meta.json").exists();
+        let index = if exists {
+            match tantivy::Index::open_in_dir(dir) {
+                Ok(i) if i.schema() == schema => i,
+                // Unreadable or from another schema: it is derived data, so start over.
+                _ => {
+                    std::fs::remove_dir_all(dir).map_err(ierr)?;
+                    return Self::create(dir, schema, f);
+                }
+            }
+        } else {
+            return Self::create(dir, schema, f);
+        };
+        Ok((Self::from_index(index, f)?, false))
+    }
+
+    fn create(dir: &Path, schema: Schema, f: Fields) -> Result<(Index, bool)> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let index = tantivy::Index::create_in_dir(dir, schema).map_err(ierr)?;
+        Ok((Self::from_index(index, f)?, true))
+    }
+
+    /// An index in memory (tests, benchmarks).
+    pub fn in_memory() -> Result<Index> {
+        let (schema, f) = schema();
+        Self::from_index(tantivy::Index::create_in_ram(schema), f)
+    }
+
+    fn from_index(index: tantivy::Index, f: Fields) -> Result<Index> {
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(ierr)?;
+        Ok(Index {
+            index,
+            reader,
+            writer: Mutex::new(None),
+            f,
+        })
+    }
+
+    fn with_writer<T>(&self, op: impl FnOnce(&mut IndexWriter) -> Result<T>) -> Result<T> {
+        let mut guard = self.writer.lock().expect("index writer lock poisoned");
+        if guard.is_none() {
+            *guard = Some(
+                self.index
+                    .writer_with_num_threads(1, 64_000_000)
+                    .map_err(ierr)?,
+            );
+        }
+        op(guard.as_mut().expect("just set"))
+    }
+
+    /// Adds or replaces nodes (by id). Visible after [`Index::commit`].
+    pub fn upsert(&self, nodes: &[Node]) -> Result<()> {
+        let f = self.f;
+        self.with_writer(|w| {
+            for n in nodes {
+                w.delete_term(Term::from_field_text(f.id, &n.id.to_hex()));
+                let mut doc = TantivyDocument::default();
+                doc.add_text(f.id, n.id.to_hex());
+                doc.add_text(f.scope, &n.scope);
+                doc.add_u64(f.level, n.level.as_u8() as u64);
+                let mut sources: Vec<&str> =
+                    n.citations.iter().map(|s| s.source.as_str()).collect();
+                sources.dedup();
+                for s in sources.into_iter().take(64) {
+                    doc.add_text(f.source, s);
+                }
+                for r in &n.meta.rounds {
+                    doc.add_u64(f.round, *r as u64);
+                }
+                for s in &n.meta.speakers {
+                    doc.add_text(f.speaker, s);
+                }
+                doc.add_text(f.text, &n.text);
+                // Who, when and where: a question naming a speaker, a round or a document
+                // ("what did chen propose", "Kennedy's 1961 address") routes on these.
+                let label = crate::navigate::context_label(n);
+                if !label.is_empty() {
+                    doc.add_text(f.text, &label);
+                }
+                if let Some(t) = &n.meta.tags {
+                    // METADATA nodes are routed by their tags.
+                    for k in t
+                        .keywords
+                        .iter()
+                        .chain(&t.entities)
+                        .chain(&t.numbers)
+                        .chain(&t.dates)
+                    {
+                        doc.add_text(f.text, k);
+                    }
+                }
+                w.add_document(doc).map_err(ierr)?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn delete(&self, ids: &[NodeId]) -> Result<()> {
+        let f = self.f;
+        self.with_writer(|w| {
+            for id in ids {
+                w.delete_term(Term::from_field_text(f.id, &id.to_hex()));
+            }
+            Ok(())
+        })
+    }
+
+    pub fn delete_scope(&self, scope: &str) -> Result<()> {
+        let f = self.f;
+        self.with_writer(|w| {
+            w.delete_term(Term::from_field_text(f.scope, scope));
+            Ok(())
+        })
+    }
+
+    pub fn delete_all(&self) -> Result<()> {
+        self.with_writer(|w| w.delete_all_documents().map(|_| ()).map_err(ierr))
+    }
+
+    /// Makes every write so far durable and visible to searches.
+    pub fn commit(&self) -> Result<()> {
+        let mut guard = self.writer.lock().expect("index writer lock poisoned");
+        if let Some(w) = guard.as_mut() {
+            w.commit().map_err(ierr)?;
+            self.reader.reload().map_err(ierr)?;
+        }
+        Ok(())
+    }
+
+    /// Number of indexed nodes.
+    pub fn n_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The query's terms as the index sees them (lower-cased, stemmed), stop words removed,
+    /// duplicates removed, in order of first appearance.
+    pub fn analyze(&self, text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let Ok(mut analyzer) = self.index.tokenizer_for_field(self.f.text) else {
+            return out;
+        };
+        // Stop words are judged on the surface form, before stemming.
+        let filtered: Vec<String> = crate::text::content_words(text).collect();
+        for w in filtered {
+            let mut stream = analyzer.token_stream(&w);
+            while stream.advance() {
+                let t = stream.token().text.clone();
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every term of `text` as the index sees it, in order, repeats kept (for term
+    /// frequencies).
+    pub fn analyze_all(&self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let Ok(mut analyzer) = self.index.tokenizer_for_field(self.f.text) else {
+            return out;
+        };
+        let mut stream = analyzer.token_stream(text);
+        while stream.advance() {
+            out.push(stream.token().text.clone());
+        }
+        out
+    }
+
+    /// Inverse document frequency of an analysed term over nodes of `level` (all scopes).
+    pub fn idf(&self, term: &str) -> f64 {
+        let s = self.reader.searcher();
+        let n = s.num_docs().max(1) as f64;
+        let df = s
+            .doc_freq(&Term::from_field_text(self.f.text, term))
+            .unwrap_or(0) as f64;
+        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+    }
+
+    /// BM25 search. Returns hits best first.
+    pub fn search(&self, q: &Grep<'_>) -> Result<Vec<Hit>> {
+        let terms = self.analyze(q.text);
+        if terms.is_empty() || q.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let f = self.f;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let text_q: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(f.text, t),
+                    IndexRecordOption::WithFreqs,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        clauses.push((Occur::Must, Box::new(BooleanQuery::new(text_q))));
+        if !q.scopes.is_empty() {
+            clauses.push((
+                Occur::Must,
+                Box::new(TermSetQuery::new(
+                    q.scopes.iter().map(|s| Term::from_field_text(f.scope, s)),
+                )),
+            ));
+        }
+        if !q.levels.is_empty() {
+            clauses.push((
+                Occur::Must,
+                Box::new(TermSetQuery::new(
+                    q.levels
+                        .iter()
+                        .map(|l| Term::from_field_u64(f.level, l.as_u8() as u64)),
+                )),
+            ));
+        }
+        if let Some(ids) = q.within {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            clauses.push((
+                Occur::Must,
+                Box::new(TermSetQuery::new(
+                    ids.iter()
+                        .map(|id| Term::from_field_text(f.id, &id.to_hex())),
+                )),
+            ));
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher
+            .search(&query, &TopDocs::with_limit(q.limit).order_by_score())
+            .map_err(ierr)?;
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr).map_err(ierr)?;
+            let id = doc
+                .get_first(f.id)
+                .and_then(|v| v.as_str())
+                .and_then(NodeId::from_hex)
+                .ok_or_else(|| Error::Index("a document without a node id".into()))?;
+            hits.push(Hit { id, score });
+        }
+        Ok(hits)
+    }
+}

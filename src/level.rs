@@ -1,0 +1,70 @@
+//! The five abstraction levels.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// An abstraction level. The numeric value is part of every node id and of the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// The source text of one chunk, verbatim. Ground truth; never expires.
+    Full = 0,
+    /// One node per chunk: the chunk with every fact kept, ~50 %.
+    Detailed = 1,
+    /// One node per group of chunks (a debate round, a document section), ~20 %.
+    Summary = 2,
+    /// One node per scope, ~5 %.
+    Abstract = 3,
+    /// Tags only (speakers, rounds, entities, numbers, dates, keywords), one per derived node.
+    Metadata = 4,
+}
+
+impl Level {
+    pub const ALL: [Level; 5] = [
+        Level::Full,
+        Level::Detailed,
+        Level::Summary,
+        Level::Abstract,
+        Level::Metadata,
+    ];
+
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_u8(v: u8) -> Option<Level> {
+        Level::ALL.get(v as usize).copied()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Full => "full",
+            Level::Detailed => "detailed",
+            Level::Summary => "summary",
+            Level::Abstract => "abstract",
+            Level::Metadata => "metadata",
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Level {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Level> {
+        let l = s.trim().to_ascii_lowercase();
+        Level::ALL
+            .into_iter()
+            .find(|lv| lv.name() == l || lv.as_u8().to_string() == l)
+            .ok_or_else(|| {
+                crate::Error::invalid(format!(
+                    "unknown level `{s}`: expected full, detailed, summary, abstract or metadata (or 0-4)"
+                ))
+            })
+    }
+}

@@ -1,0 +1,411 @@
+//! The `strata` binary: parses the command line, sets up logging, calls the library, prints
+//! the result (human text, or JSON with `--json`) and maps errors to an exit code with a
+//! one-line cause. No logic lives here.
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use strata::{Config, Engine, LevelChoice, Progress, ScopeKind, unix_now};
+
+#[derive(Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "Hierarchical compression engine: long context at five abstraction levels, answers with citations to exact source spans."
+)]
+struct Cli {
+    /// Where the store and index live.
+    #[arg(long, global = true, env = "STRATA_DB", default_value = "strata-data")]
+    db: PathBuf,
+    /// A TOML configuration file (every option is also a STRATA_SECTION_FIELD variable).
+    #[arg(long, global = true, env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Add documents (.txt, .md) or a debate (JSON Lines turns) to a scope.
+    Ingest {
+        #[arg(long)]
+        scope: String,
+        /// doc or debate (default: .jsonl files are debates, anything else documents).
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Build or refresh every level of a scope (cached nodes cost nothing).
+    Compress {
+        #[arg(long)]
+        scope: String,
+    },
+    /// Print a scope at a level within a token budget.
+    Context {
+        #[arg(long)]
+        scope: String,
+        /// full, detailed, summary, abstract, metadata or auto.
+        #[arg(long, default_value = "auto")]
+        level: String,
+        /// Maximum tokens (cl100k).
+        #[arg(long)]
+        budget: usize,
+    },
+    /// Answer a question with citations to exact source spans.
+    Query {
+        /// The scope to search (or --all).
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        scope: Option<String>,
+        /// Search every scope.
+        #[arg(long)]
+        all: bool,
+        question: String,
+    },
+    /// BM25 search of the levels (what the navigator's `grep` sees).
+    Grep {
+        /// Scopes to search (default: all).
+        #[arg(long)]
+        scope: Vec<String>,
+        /// Levels to search (default: all); repeat or comma-separate.
+        #[arg(long, value_delimiter = ',')]
+        level: Vec<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        pattern: String,
+    },
+    /// Scopes, levels, nodes, index and disk usage.
+    Stats,
+    /// Remove expired and unreachable nodes.
+    Gc,
+    /// Rebuild the full-text index from the store.
+    Reindex,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let cfg = Config::load(cli.config.as_deref(), env)?;
+    let engine = Engine::open(&cli.db, cfg)
+        .with_context(|| format!("cannot open the store at {}", cli.db.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let now = unix_now();
+    let json = cli.json;
+    match cli.cmd {
+        Cmd::Ingest { scope, kind, files } => {
+            let kind = kind.map(|k| k.parse::<ScopeKind>()).transpose()?;
+            let total: u64 = files
+                .iter()
+                .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
+                .sum();
+            let spinner = Bar::spinner(format!(
+                "ingesting {} file(s), {}",
+                files.len(),
+                human_bytes(total)
+            ));
+            let r = engine.ingest_files(&scope, kind, &files, now);
+            spinner.finish();
+            let r = r?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "{}: {} added, {} replaced, {} unchanged, {} removed; {} chunks written ({})",
+                    r.scope,
+                    r.added,
+                    r.replaced,
+                    r.unchanged,
+                    r.removed,
+                    r.chunks_written,
+                    human_bytes(r.bytes)
+                );
+            }
+        }
+        Cmd::Compress { scope } => {
+            let bar = Bar::new();
+            let r = rt.block_on(engine.compress(&scope, now, &bar))?;
+            if json {
+                print_json(&r)?;
+            } else {
+                let l = r.built_by_level;
+                println!(
+                    "{}: built {} nodes (detailed {}, summary {}, abstract {}, metadata {}), {} cache hits, {} failures, {} model calls, {} fallbacks, in {:.2} s",
+                    r.scope,
+                    r.nodes_built,
+                    l[1],
+                    l[2],
+                    l[3],
+                    l[4],
+                    r.cache_hits,
+                    r.failures.len(),
+                    r.model_calls,
+                    r.fallbacks,
+                    r.elapsed_ms as f64 / 1000.0
+                );
+                for f in &r.failures {
+                    eprintln!("  failed: {} ({}): {}", f.what, f.level, f.error);
+                }
+            }
+        }
+        Cmd::Context {
+            scope,
+            level,
+            budget,
+        } => {
+            let choice: LevelChoice = level.parse()?;
+            let bar = Bar::new();
+            let w = rt.block_on(engine.context(&scope, choice, budget, now, &bar))?;
+            if json {
+                print_json(&w)?;
+            } else {
+                println!("{}", w.text);
+                let mut by_level = [0usize; 5];
+                for n in &w.nodes {
+                    by_level[n.level.as_u8() as usize] += 1;
+                }
+                let used: Vec<String> = strata::Level::ALL
+                    .iter()
+                    .filter(|l| by_level[l.as_u8() as usize] > 0)
+                    .map(|l| format!("{l} {}", by_level[l.as_u8() as usize]))
+                    .collect();
+                eprintln!(
+                    "-- {} at {}: {} of {} tokens; nodes: {}; {} omitted",
+                    w.scope,
+                    w.level,
+                    w.tokens,
+                    w.budget,
+                    if used.is_empty() {
+                        "none (budget too small)".into()
+                    } else {
+                        used.join(", ")
+                    },
+                    w.omitted
+                );
+            }
+        }
+        Cmd::Query {
+            scope,
+            all,
+            question,
+        } => {
+            let scopes: Vec<String> = if all {
+                Vec::new()
+            } else {
+                scope.into_iter().collect()
+            };
+            let bar = Bar::new();
+            let r = rt.block_on(engine.query(&scopes, &question, now, &bar))?;
+            if json {
+                print_json(&r)?;
+            } else if r.citations.is_empty() {
+                println!("No supported answer found (nothing in the scope can be cited for it).");
+                for h in &r.refinement_history {
+                    println!("  {h}");
+                }
+            } else {
+                println!(
+                    "Answer (confidence {:.2}{}):",
+                    r.confidence,
+                    if r.ready { ", ready" } else { ", not ready" }
+                );
+                for (i, c) in r.citations.iter().enumerate() {
+                    let who = match (&c.speaker, c.round) {
+                        (Some(s), Some(rd)) => format!(" — {s}, round {rd}"),
+                        _ => String::new(),
+                    };
+                    println!("  [{}] {}", i + 1, c.quote);
+                    println!("      {} bytes {}..{}{who}", c.source, c.start, c.end);
+                }
+                println!(
+                    "{} iteration(s), {} node(s) examined, {} tokens read, {} sub-call(s)",
+                    r.iterations,
+                    r.nodes_examined.len(),
+                    r.tokens_processed,
+                    r.sub_calls_made
+                );
+            }
+        }
+        Cmd::Grep {
+            scope,
+            level,
+            limit,
+            pattern,
+        } => {
+            let levels = level
+                .iter()
+                .map(|l| l.parse::<strata::Level>())
+                .collect::<strata::Result<Vec<_>>>()?;
+            let hits = engine.grep(&scope, &pattern, &levels, limit, now)?;
+            if json {
+                print_json(&hits)?;
+            } else {
+                for h in &hits {
+                    let span = h
+                        .first_span
+                        .as_ref()
+                        .map(|s| format!("{} {}..{}", s.source, s.start, s.end))
+                        .unwrap_or_default();
+                    let text: String = h.text.chars().take(160).collect();
+                    println!(
+                        "{:>7.3}  {:<8} {}  {}\n         {}",
+                        h.score,
+                        h.level.name(),
+                        &h.id[..12],
+                        span,
+                        text.replace('\n', " ")
+                    );
+                }
+                if hits.is_empty() {
+                    println!("no match");
+                }
+            }
+        }
+        Cmd::Stats => {
+            let s = engine.stats(now)?;
+            if json {
+                print_json(&s)?;
+            } else {
+                println!(
+                    "store {} · {} nodes · {} indexed · tokenizer {} · model {}",
+                    human_bytes(s.disk_bytes),
+                    s.nodes,
+                    s.indexed_docs,
+                    s.tokenizer,
+                    s.model
+                );
+                for sc in &s.scopes {
+                    let l = sc.live_by_level;
+                    println!(
+                        "  {} ({:?}): {} sources, {} chunks, {} groups, {} tokens; live full {} detailed {} summary {} abstract {} metadata {}; {} stale",
+                        sc.scope,
+                        sc.kind,
+                        sc.sources,
+                        sc.chunks,
+                        sc.groups,
+                        sc.full_tokens,
+                        l[0],
+                        l[1],
+                        l[2],
+                        l[3],
+                        l[4],
+                        sc.stale
+                    );
+                }
+                if s.scopes.is_empty() {
+                    println!("  no scopes yet: run `strata ingest --scope NAME FILE...`");
+                }
+            }
+        }
+        Cmd::Gc => {
+            let r = engine.gc(now)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "removed {} expired and {} unreachable nodes; {} remain",
+                    r.expired, r.unreachable, r.remaining
+                );
+            }
+        }
+        Cmd::Reindex => {
+            let n = engine.reindex(now)?;
+            if json {
+                print_json(&serde_json::json!({ "indexed": n }))?;
+            } else {
+                println!("indexed {n} nodes");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.1} MB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// A progress bar on stderr when it is a terminal; silent otherwise.
+struct Bar(ProgressBar);
+
+impl Bar {
+    fn new() -> Bar {
+        let pb = ProgressBar::with_draw_target(None, target());
+        Bar(pb)
+    }
+
+    fn spinner(msg: String) -> Bar {
+        let pb = ProgressBar::with_draw_target(None, target());
+        pb.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("template"),
+        );
+        pb.set_message(msg);
+        pb.enable_steady_tick(std::time::Duration::from_millis(120));
+        Bar(pb)
+    }
+
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn target() -> ProgressDrawTarget {
+    if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, total: u64, what: &str) {
+        self.0.set_length(total);
+        self.0.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:30}] {pos}/{len} nodes, {per_sec}, eta {eta}",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        self.0.set_message(what.to_string());
+    }
+    fn inc(&self, n: u64) {
+        self.0.inc(n);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}

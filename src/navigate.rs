@@ -1,0 +1,650 @@
+//! The navigator: answers a question by exploring the level tree through a few structured
+//! primitives — `peek`, `grep`, `descend`, `finish` — never by reading the whole scope. The
+//! primitives ([`Explorer`]) validate every id against the working set and account for every
+//! token; a policy decides which to call. The offline policy ranks with BM25 and answers
+//! with the best-supported source sentences, each cited by its exact byte span.
+
+use crate::config::QueryConfig;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::index::Grep;
+use crate::level::Level;
+use crate::node::{Node, NodeId};
+use crate::plan::Plan;
+use crate::text;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+/// One cited source span. `quote == source_text[start..end]`, always.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Citation {
+    pub source: String,
+    pub start: u64,
+    pub end: u64,
+    pub quote: String,
+    pub round: Option<u32>,
+    pub speaker: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Step {
+    pub action: String,
+    pub detail: String,
+}
+
+/// The answer and how it was found.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueryResult {
+    pub answer: String,
+    pub ready: bool,
+    pub confidence: f64,
+    pub citations: Vec<Citation>,
+    pub iterations: u32,
+    pub refinement_history: Vec<String>,
+    pub nodes_examined: Vec<String>,
+    pub sub_calls_made: u32,
+    pub tokens_processed: u64,
+    pub trajectory: Vec<Step>,
+}
+
+/// Where a node sits in the plans being explored.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    Abstract(usize),
+    Summary(usize, usize),
+    Detailed(usize, usize),
+    Full(usize, usize),
+}
+
+/// The primitives, with their safeguards and accounting.
+pub struct Explorer<'a> {
+    engine: &'a Engine,
+    plans: Vec<Plan>,
+    cfg: QueryConfig,
+    now: u64,
+    places: HashMap<NodeId, Place>,
+    /// METADATA id → the node it tags.
+    meta_of: HashMap<NodeId, NodeId>,
+    /// The current working set, best first, with scores.
+    pub working: Vec<(NodeId, f32)>,
+    examined: Vec<NodeId>,
+    examined_set: HashSet<NodeId>,
+    tokens: u64,
+    sub_calls: u32,
+    iterations: u32,
+    trajectory: Vec<Step>,
+    history: Vec<String>,
+    no_narrowing: u32,
+}
+
+impl<'a> Explorer<'a> {
+    pub fn new(engine: &'a Engine, plans: Vec<Plan>, cfg: QueryConfig, now: u64) -> Self {
+        let mut places = HashMap::new();
+        for (pi, p) in plans.iter().enumerate() {
+            places.insert(p.abstract_id, Place::Abstract(pi));
+            for (gi, g) in p.groups.iter().enumerate() {
+                places.insert(g.summary, Place::Summary(pi, gi));
+            }
+            for (ci, c) in p.chunks.iter().enumerate() {
+                places.insert(c.detailed, Place::Detailed(pi, ci));
+                places.insert(c.full, Place::Full(pi, ci));
+            }
+        }
+        let meta_of = plans
+            .iter()
+            .flat_map(|p| p.metadata.iter().map(|(t, m)| (*m, *t)))
+            .collect();
+        let working = plans.iter().map(|p| (p.abstract_id, 0.0)).collect();
+        Explorer {
+            engine,
+            plans,
+            cfg,
+            now,
+            places,
+            meta_of,
+            working,
+            examined: Vec::new(),
+            examined_set: HashSet::new(),
+            tokens: 0,
+            sub_calls: 0,
+            iterations: 0,
+            trajectory: Vec::new(),
+            history: Vec::new(),
+            no_narrowing: 0,
+        }
+    }
+
+    fn step(&mut self, action: &str, detail: String) {
+        self.trajectory.push(Step {
+            action: action.to_string(),
+            detail,
+        });
+    }
+
+    fn examine(&mut self, id: NodeId) {
+        if self.examined_set.insert(id) {
+            self.examined.push(id);
+        }
+    }
+
+    /// Keeps only ids that are in the working set (a policy may name anything).
+    fn sanitise(&self, ids: &[NodeId]) -> Vec<NodeId> {
+        let allowed: HashSet<NodeId> = self.working.iter().map(|(id, _)| *id).collect();
+        let mut seen = HashSet::new();
+        ids.iter()
+            .filter(|id| allowed.contains(id) && seen.insert(**id))
+            .copied()
+            .collect()
+    }
+
+    pub fn budget_left(&self) -> u64 {
+        self.cfg.max_tokens.saturating_sub(self.tokens)
+    }
+
+    /// Reads nodes of the working set (within the token budget).
+    pub fn peek(&mut self, ids: &[NodeId]) -> Result<Vec<Node>> {
+        let ids = self.sanitise(ids);
+        let mut out = Vec::new();
+        let mut tokens = 0;
+        for id in ids {
+            let n = self.engine.node(&id, self.now)?;
+            if !out.is_empty() && self.tokens + n.tokens as u64 > self.cfg.max_tokens {
+                break;
+            }
+            self.tokens += n.tokens as u64;
+            tokens += n.tokens as u64;
+            self.examine(id);
+            out.push(n);
+        }
+        let levels: Vec<String> = out.iter().map(|n| n.level.to_string()).collect();
+        let lv = levels.first().cloned().unwrap_or_default();
+        self.step(
+            "peek",
+            format!("{} {lv} node(s), {tokens} tokens", out.len()),
+        );
+        Ok(out)
+    }
+
+    /// BM25 search over `levels` of the explored scopes, optionally within given nodes.
+    /// Hits outside the current trees (stale index entries) are dropped.
+    pub fn grep(
+        &mut self,
+        pattern: &str,
+        levels: &[Level],
+        within: Option<&[NodeId]>,
+        limit: usize,
+    ) -> Result<Vec<(NodeId, f32)>> {
+        let scopes: Vec<String> = self.plans.iter().map(|p| p.scope.clone()).collect();
+        let hits = self.engine.index().search(&Grep {
+            text: pattern,
+            scopes: &scopes,
+            levels,
+            within,
+            limit,
+        })?;
+        let hits: Vec<(NodeId, f32)> = hits
+            .into_iter()
+            .filter(|h| self.places.contains_key(&h.id) || self.meta_of.contains_key(&h.id))
+            .map(|h| (h.id, h.score))
+            .collect();
+        let lv: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+        self.step(
+            "grep",
+            format!(
+                "{pattern:?} at {}{}: {} hit(s)",
+                lv.join("/"),
+                if within.is_some() {
+                    " within the working set"
+                } else {
+                    ""
+                },
+                hits.len()
+            ),
+        );
+        Ok(hits)
+    }
+
+    /// The children of working-set nodes: ABSTRACT → SUMMARY → DETAILED → FULL.
+    pub fn descend(&mut self, ids: &[NodeId]) -> Vec<NodeId> {
+        let ids = self.sanitise(ids);
+        let mut out = Vec::new();
+        for id in &ids {
+            match self.places.get(id) {
+                Some(Place::Abstract(pi)) => {
+                    out.extend(self.plans[*pi].groups.iter().map(|g| g.summary))
+                }
+                Some(Place::Summary(pi, gi)) => {
+                    let p = &self.plans[*pi];
+                    out.extend(p.groups[*gi].chunks.iter().map(|&ci| p.chunks[ci].detailed))
+                }
+                Some(Place::Detailed(pi, ci)) => out.push(self.plans[*pi].chunks[*ci].full),
+                _ => {}
+            }
+        }
+        self.step(
+            "descend",
+            format!("{} node(s) → {} child node(s)", ids.len(), out.len()),
+        );
+        out
+    }
+
+    /// Replaces the working set, keeping at least `min_keep` nodes (when there are that
+    /// many), and records whether it narrowed.
+    pub fn narrow_to(&mut self, mut ranked: Vec<(NodeId, f32)>, keep: usize, what: &str) {
+        let before = self.working.len();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.dedup_by_key(|x| x.0);
+        let keep = keep.max(self.cfg.min_keep);
+        ranked.truncate(keep);
+        for (id, _) in &ranked {
+            self.examine(*id);
+        }
+        let after = ranked.len();
+        self.iterations += 1;
+        if after >= before {
+            self.no_narrowing += 1;
+        } else {
+            self.no_narrowing = 0;
+        }
+        self.history.push(format!(
+            "iteration {}: {what}: working set {before} → {after}",
+            self.iterations
+        ));
+        self.working = ranked;
+    }
+
+    /// True when the loop must stop: iteration budget spent, token budget spent, or two
+    /// iterations in a row without narrowing.
+    pub fn exhausted(&self) -> bool {
+        self.iterations >= self.cfg.max_iterations
+            || self.tokens >= self.cfg.max_tokens
+            || self.no_narrowing >= 2
+    }
+
+    fn place(&self, id: &NodeId) -> Option<Place> {
+        self.places.get(id).copied()
+    }
+
+    /// Turns cited sentence ranges of FULL nodes into citations, verifying each quote
+    /// against the source text. Unverifiable citations are dropped, never returned.
+    pub fn finish(
+        mut self,
+        cited: Vec<(NodeId, u64, u64)>,
+        confidence: f64,
+    ) -> Result<QueryResult> {
+        let mut citations = Vec::new();
+        let mut quotes = Vec::new();
+        let mut texts: HashMap<(usize, usize), String> = HashMap::new();
+        for (id, start, end) in cited {
+            let Some(Place::Full(pi, ci)) = self.place(&id) else {
+                continue;
+            };
+            let p = &self.plans[pi];
+            let c = &p.chunks[ci];
+            if start < c.start || end > c.end || start >= end {
+                continue;
+            }
+            let src = &p.sources[c.source];
+            let key = (pi, c.source);
+            if !texts.contains_key(&key) {
+                texts.insert(key, self.engine.source_text(&p.scope, &src.id)?);
+            }
+            let text = &texts[&key];
+            let Some(quote) = text.get(start as usize..end as usize) else {
+                continue;
+            };
+            quotes.push(quote.to_string());
+            citations.push(Citation {
+                source: src.id.clone(),
+                start,
+                end,
+                quote: quote.to_string(),
+                round: src.round,
+                speaker: src.speaker.clone(),
+            });
+        }
+        let confidence = if confidence.is_finite() {
+            confidence.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let ready = !citations.is_empty() && confidence >= self.cfg.ready_threshold;
+        self.step(
+            "finish",
+            format!(
+                "{} citation(s), confidence {confidence:.2}, ready {ready}",
+                citations.len()
+            ),
+        );
+        Ok(QueryResult {
+            answer: quotes.join(" … "),
+            ready,
+            confidence: if citations.is_empty() {
+                0.0
+            } else {
+                confidence
+            },
+            citations,
+            iterations: self.iterations,
+            refinement_history: self.history,
+            nodes_examined: self.examined.iter().map(NodeId::to_hex).collect(),
+            sub_calls_made: self.sub_calls,
+            tokens_processed: self.tokens,
+            trajectory: self.trajectory,
+        })
+    }
+}
+
+/// Words that say who, when and where a node is from: speakers, rounds, the names of its
+/// sources (when few) and its heading path. Indexed with the node, and credited to every
+/// sentence of a chunk when the question names them.
+pub fn context_label(n: &Node) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    parts.extend(n.meta.speakers.iter().cloned());
+    parts.extend(n.meta.rounds.iter().map(|r| format!("round {r}")));
+    let mut sources: Vec<&str> = n.citations.iter().map(|s| s.source.as_str()).collect();
+    sources.dedup();
+    if sources.len() <= 4 {
+        for s in sources {
+            // A debate turn's id is `file#line`: the file says nothing about the turn.
+            if n.meta.speakers.is_empty() {
+                let name = std::path::Path::new(s)
+                    .file_stem()
+                    .and_then(|x| x.to_str())
+                    .unwrap_or(s);
+                parts.push(name.replace(['-', '_', '.'], " "));
+            }
+        }
+    }
+    parts.extend(n.meta.headings.iter().cloned());
+    parts.join(" ")
+}
+
+/// The offline policy: BM25 drives the descent, sentences are the answer.
+pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
+    let cfg = ex.cfg.clone();
+    let terms = ex.engine.index().analyze(question);
+    if terms.is_empty() {
+        ex.history
+            .push("the question has no searchable words (only stop words?)".into());
+        return ex.finish(Vec::new(), 0.0);
+    }
+
+    // 1. Start at the top: read the abstracts (several scopes: rank them first).
+    let abstracts: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
+    if ex.plans.len() > 1 {
+        let hits = ex.grep(
+            question,
+            &[Level::Abstract, Level::Metadata],
+            None,
+            4 * ex.plans.len(),
+        )?;
+        let mut best: HashMap<NodeId, f32> = HashMap::new();
+        for (id, s) in hits {
+            let target = ex.meta_of.get(&id).copied().unwrap_or(id);
+            if let Some(Place::Abstract(pi)) = ex.place(&target) {
+                let a = ex.plans[pi].abstract_id;
+                let e = best.entry(a).or_insert(0.0);
+                *e = e.max(s);
+            }
+        }
+        // Scopes without a hit stay in play (their detail may still match) but rank last.
+        let ranked = abstracts
+            .iter()
+            .map(|a| (*a, best.get(a).copied().unwrap_or(0.0)))
+            .collect();
+        ex.narrow_to(
+            ranked,
+            abstracts.len(),
+            "ranked scopes by abstract and metadata",
+        );
+    }
+    let top: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
+    ex.peek(&top)?;
+
+    // 2. Which groups? Evidence from every level beneath, mapped to its group.
+    let summaries = ex.descend(&top);
+    let hits = ex.grep(
+        question,
+        &[Level::Summary, Level::Detailed, Level::Full],
+        None,
+        400,
+    )?;
+    let mut group_score: HashMap<NodeId, f32> = HashMap::new();
+    for (id, s) in &hits {
+        let summary = match ex.place(id) {
+            Some(Place::Summary(pi, gi)) => ex.plans[pi].groups[gi].summary,
+            Some(Place::Detailed(pi, ci)) | Some(Place::Full(pi, ci)) => {
+                let p = &ex.plans[pi];
+                p.groups[p.chunks[ci].group].summary
+            }
+            _ => continue,
+        };
+        // The best hit decides.
+        let e = group_score.entry(summary).or_insert(0.0);
+        *e = e.max(*s);
+    }
+    if group_score.is_empty() {
+        ex.history.push("no passage matches the question".into());
+        return ex.finish(Vec::new(), 0.0);
+    }
+    let ranked: Vec<(NodeId, f32)> = summaries
+        .iter()
+        .filter_map(|s| group_score.get(s).map(|v| (*s, *v)))
+        .collect();
+    ex.working = summaries.iter().map(|s| (*s, 0.0)).collect();
+    ex.narrow_to(
+        ranked,
+        cfg.top_groups,
+        "grep over summary/detailed/full picked groups",
+    );
+
+    // 3. Descend into the kept groups; rank their chunks by DETAILED and FULL evidence.
+    if !ex.exhausted() {
+        let groups: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
+        let group_rank: HashMap<NodeId, f32> = ex.working.iter().copied().collect();
+        let detailed = ex.descend(&groups);
+        let mut within: Vec<NodeId> = detailed.clone();
+        for d in &detailed {
+            if let Some(Place::Detailed(pi, ci)) = ex.place(d) {
+                within.push(ex.plans[pi].chunks[ci].full);
+            }
+        }
+        let hits = ex.grep(
+            question,
+            &[Level::Detailed, Level::Full],
+            Some(&within),
+            200,
+        )?;
+        let mut chunk_score: HashMap<NodeId, f32> = HashMap::new();
+        for (id, s) in hits {
+            let full = match ex.place(&id) {
+                Some(Place::Detailed(pi, ci)) | Some(Place::Full(pi, ci)) => {
+                    ex.plans[pi].chunks[ci].full
+                }
+                _ => continue,
+            };
+            let e = chunk_score.entry(full).or_insert(0.0);
+            *e = e.max(s);
+        }
+        // Chunks with no hit of their own inherit a fraction of their group's score.
+        let mut ranked = Vec::new();
+        for d in &detailed {
+            if let Some(Place::Detailed(pi, ci)) = ex.place(d) {
+                let p = &ex.plans[pi];
+                let full = p.chunks[ci].full;
+                let g = p.groups[p.chunks[ci].group].summary;
+                let inherited = 0.1 * group_rank.get(&g).copied().unwrap_or(0.0);
+                ranked.push((
+                    full,
+                    chunk_score.get(&full).copied().unwrap_or(0.0) + inherited,
+                ));
+            }
+        }
+        ex.working = within.iter().map(|id| (*id, 0.0)).collect();
+        // FULL ids are what the next step reads.
+        ex.working
+            .retain(|(id, _)| matches!(ex.places.get(id), Some(Place::Full(..))));
+        ex.narrow_to(
+            ranked,
+            cfg.top_chunks,
+            "grep within the groups picked chunks",
+        );
+    }
+
+    // 4. Read the kept chunks (descending any non-FULL nodes left by an early stop).
+    let mut fulls: Vec<NodeId> = Vec::new();
+    let mut frontier: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
+    while !frontier.is_empty() {
+        let mut next = Vec::new();
+        for id in frontier {
+            match ex.place(&id) {
+                Some(Place::Full(..)) => fulls.push(id),
+                _ => next.push(id),
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        let down = ex.descend(&next);
+        ex.working = down.iter().map(|id| (*id, 0.0)).collect();
+        frontier = down;
+    }
+    fulls.truncate(cfg.top_chunks.max(cfg.min_keep));
+    ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
+    let chunks = ex.peek(&fulls)?;
+
+    // 5. Score sentences: BM25 over the candidate sentences (so a long sentence does not win
+    //    by sheer length), plus half credit for question terms that name the chunk's
+    //    speaker, round or document.
+    let idf: HashMap<String, f64> = terms
+        .iter()
+        .map(|t| (t.clone(), ex.engine.index().idf(t)))
+        .collect();
+    let total: f64 = idf.values().sum::<f64>().max(1e-9);
+    struct Cand {
+        node: NodeId,
+        start: u64,
+        end: u64,
+        tf: HashMap<String, u32>,
+        ctx: HashSet<String>,
+        len: usize,
+        score: f64,
+        rank: usize,
+    }
+    let mut cands = Vec::new();
+    for (rank, n) in chunks.iter().enumerate() {
+        let base = n.citations[0].start;
+        let ctx: HashSet<String> = ex
+            .engine
+            .index()
+            .analyze(&context_label(n))
+            .into_iter()
+            .filter(|t| idf.contains_key(t))
+            .collect();
+        for s in text::sentences(&n.text) {
+            let raw = &n.text[s.start..s.end];
+            let trimmed_start = s.start + (raw.len() - raw.trim_start().len());
+            let trimmed_end = s.end - (raw.len() - raw.trim_end().len());
+            if trimmed_end <= trimmed_start {
+                continue;
+            }
+            let all = ex.engine.index().analyze_all(raw);
+            let len = all.len().max(1);
+            let mut tf: HashMap<String, u32> = HashMap::new();
+            for t in all {
+                if idf.contains_key(&t) {
+                    *tf.entry(t).or_insert(0) += 1;
+                }
+            }
+            if tf.is_empty() {
+                continue;
+            }
+            cands.push(Cand {
+                node: n.id,
+                start: base + trimmed_start as u64,
+                end: base + trimmed_end as u64,
+                tf,
+                ctx: ctx.clone(),
+                len,
+                score: 0.0,
+                rank,
+            });
+        }
+    }
+    // A question that names a speaker asks what that speaker said: their turns get full
+    // credit for the name, and other speakers merely mentioning them get none.
+    let mut speaker_terms: HashSet<String> = HashSet::new();
+    for p in &ex.plans {
+        let mut names: HashSet<&str> = HashSet::new();
+        for s in &p.sources {
+            if let Some(sp) = &s.speaker {
+                names.insert(sp);
+            }
+        }
+        for name in names {
+            speaker_terms.extend(
+                ex.engine
+                    .index()
+                    .analyze(name)
+                    .into_iter()
+                    .filter(|t| idf.contains_key(t)),
+            );
+        }
+    }
+    let avg = cands.iter().map(|c| c.len).sum::<usize>() as f64 / cands.len().max(1) as f64;
+    let (k1, b) = (1.2, 0.75);
+    for c in &mut cands {
+        let norm = k1 * (1.0 - b + b * c.len as f64 / avg.max(1.0));
+        let mut s = 0.0;
+        for (t, &f) in &c.tf {
+            if speaker_terms.contains(t) && !c.ctx.contains(t) {
+                continue;
+            }
+            s += idf[t] * (f as f64 * (k1 + 1.0)) / (f as f64 + norm);
+        }
+        for t in c.ctx.iter().filter(|t| !c.tf.contains_key(*t)) {
+            s += if speaker_terms.contains(t) { 1.0 } else { 0.5 } * idf[t];
+        }
+        c.score = s / total - 0.01 * c.rank as f64;
+    }
+    cands.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.rank.cmp(&b.rank))
+            .then(a.start.cmp(&b.start))
+    });
+    let mut chosen: Vec<&Cand> = Vec::new();
+    let mut covered: HashSet<String> = HashSet::new();
+    if let Some(best) = cands.first() {
+        for c in &cands {
+            if chosen.len() >= cfg.max_citations {
+                break;
+            }
+            let terms_of = |c: &Cand| -> HashSet<String> {
+                c.tf.keys()
+                    .filter(|t| !speaker_terms.contains(*t) || c.ctx.contains(*t))
+                    .chain(c.ctx.iter())
+                    .cloned()
+                    .collect()
+            };
+            let adds = terms_of(c).iter().any(|t| !covered.contains(t));
+            if chosen.is_empty() || (c.score >= 0.75 * best.score && adds) {
+                covered.extend(terms_of(c));
+                chosen.push(c);
+            }
+        }
+    }
+    let confidence = covered.iter().map(|t| idf[t]).sum::<f64>() / total;
+    let mut cited: Vec<(NodeId, u64, u64)> =
+        chosen.iter().map(|c| (c.node, c.start, c.end)).collect();
+    // In source order within each chunk, chunks by rank: reads naturally.
+    cited.sort_by_key(|(id, s, _)| (fulls.iter().position(|f| f == id), *s));
+    ex.history.push(format!(
+        "read {} chunk(s), {} candidate sentence(s); cited {}",
+        chunks.len(),
+        cands.len(),
+        cited.len()
+    ));
+    ex.finish(cited, confidence)
+}

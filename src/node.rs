@@ -1,0 +1,155 @@
+//! The data model: nodes, their content-addressed ids, and the source spans they cite.
+
+use crate::level::Level;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// blake3 of a node's level, its inputs and the compressor's identity. Same inputs, same
+/// model, same prompt version ⇒ same id ⇒ cache hit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(pub [u8; 32]);
+
+impl NodeId {
+    pub fn to_hex(&self) -> String {
+        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+    }
+
+    pub fn from_hex(s: &str) -> Option<NodeId> {
+        blake3::Hash::from_hex(s.trim())
+            .ok()
+            .map(|h| NodeId(*h.as_bytes()))
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeId({})", &self.to_hex()[..12])
+    }
+}
+
+/// Domain-separated hasher for node ids. Every field is length-prefixed so that no two
+/// different inputs can produce the same byte stream.
+pub(crate) struct IdHasher(blake3::Hasher);
+
+impl IdHasher {
+    pub(crate) fn new(level: Level, compressor: &str) -> Self {
+        let mut h = blake3::Hasher::new();
+        h.update(b"strata-node-v1");
+        h.update(&[level.as_u8()]);
+        let mut me = IdHasher(h);
+        me.bytes(compressor.as_bytes());
+        me
+    }
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.0.update(&(b.len() as u64).to_le_bytes());
+        self.0.update(b);
+        self
+    }
+    pub(crate) fn id(&mut self, id: &NodeId) -> &mut Self {
+        self.0.update(&id.0);
+        self
+    }
+    pub(crate) fn finish(&self) -> NodeId {
+        NodeId(*self.0.finalize().as_bytes())
+    }
+}
+
+/// The id of a FULL node: its source, its span and its verbatim text.
+pub fn full_id(source: &str, start: usize, end: usize, text: &str) -> NodeId {
+    IdHasher::new(Level::Full, "")
+        .bytes(source.as_bytes())
+        .bytes(&(start as u64).to_le_bytes())
+        .bytes(&(end as u64).to_le_bytes())
+        .bytes(text.as_bytes())
+        .finish()
+}
+
+/// The id of a derived node: its level, its inputs' ids (which transitively cover their
+/// text) and the compressor identity (model id + prompt version + level targets).
+pub fn derived_id(level: Level, compressor: &str, inputs: &[NodeId]) -> NodeId {
+    let mut h = IdHasher::new(level, compressor);
+    h.bytes(&(inputs.len() as u64).to_le_bytes());
+    for i in inputs {
+        h.id(i);
+    }
+    h.finish()
+}
+
+/// UTF-8 byte offsets `[start, end)` into a source's text as ingested.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Span {
+    pub source: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Merges adjacent spans of the same source (chunks tile their source, so the spans beneath
+/// a group collapse to one span per contiguous run).
+pub fn merge_spans(spans: impl IntoIterator<Item = Span>) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::new();
+    for s in spans {
+        if let Some(last) = out.last_mut()
+            && last.source == s.source
+            && last.end == s.start
+        {
+            last.end = s.end;
+            continue;
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// Routing tags, the payload of METADATA nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tags {
+    pub keywords: Vec<String>,
+    pub entities: Vec<String>,
+    pub numbers: Vec<String>,
+    pub dates: Vec<String>,
+}
+
+/// Where a node sits in its scope.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Debate rounds beneath the node, ascending.
+    pub rounds: Vec<u32>,
+    /// Speakers beneath the node, in order of first appearance.
+    pub speakers: Vec<String>,
+    /// Heading path of a document chunk or section.
+    pub headings: Vec<String>,
+    /// Routing tags (METADATA nodes only).
+    pub tags: Option<Tags>,
+}
+
+/// One node of the level tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: NodeId,
+    pub scope: String,
+    pub level: Level,
+    pub text: String,
+    pub children: Vec<NodeId>,
+    /// FULL nodes: exactly their own span. Others: the spans of every FULL chunk beneath,
+    /// adjacent ones merged.
+    pub citations: Vec<Span>,
+    /// cl100k tokens of `text`.
+    pub tokens: u32,
+    pub meta: Meta,
+    /// Unix seconds.
+    pub created_at: u64,
+    /// Unix seconds; `None` = never expires (FULL nodes, or TTL 0).
+    pub expires_at: Option<u64>,
+}
+
+impl Node {
+    pub fn is_live(&self, now: u64) -> bool {
+        self.expires_at.is_none_or(|t| t > now)
+    }
+}

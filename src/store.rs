@@ -1,0 +1,385 @@
+//! The embedded store (sled): sources, their texts, scopes, nodes, and the expiry index.
+//!
+//! Trees:
+//! - `sources`: `scope \0 source` → [`SourceRecord`]
+//! - `texts`:   `scope \0 source` → the source text as ingested (ground truth for citations)
+//! - `scopes`:  `scope` → [`ScopeRecord`]
+//! - `nodes`:   node id → [`Node`]
+//! - `expiry`:  big-endian `expires_at` ++ node id → `()`; a sweep is a range scan.
+//!
+//! Values are bincode (serde, standard config) behind a one-byte format version.
+
+use crate::error::{Error, Result};
+use crate::node::{Node, NodeId};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use sled::Transactional;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::Notify;
+
+/// The format version byte in front of every value.
+const FORMAT: u8 = 1;
+
+/// What a scope holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeKind {
+    /// A document collection.
+    Doc,
+    /// A debate: turns with rounds and speakers.
+    Debate,
+}
+
+impl std::str::FromStr for ScopeKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "doc" | "docs" | "document" => Ok(ScopeKind::Doc),
+            "debate" => Ok(ScopeKind::Debate),
+            _ => Err(Error::invalid(format!(
+                "unknown kind `{s}`: expected doc or debate"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScopeRecord {
+    pub name: String,
+    pub kind: ScopeKind,
+    /// Sources in scope order (documents: ingestion order; debates: by round, then arrival).
+    pub sources: Vec<SourceEntry>,
+    pub next_seq: u64,
+    /// Set while the index may lag the store for this scope (a build in progress or
+    /// interrupted); the next build reindexes the scope.
+    pub index_dirty: bool,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// A source's place in its scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceEntry {
+    pub id: String,
+    pub round: Option<u32>,
+    pub seq: u64,
+}
+
+/// One FULL chunk of a source, as recorded at ingest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    pub id: NodeId,
+    pub start: u64,
+    pub end: u64,
+    pub tokens: u32,
+    pub section: u32,
+    pub headings: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    pub id: String,
+    pub scope: String,
+    /// Arrival order within the scope.
+    pub seq: u64,
+    pub round: Option<u32>,
+    pub speaker: Option<String>,
+    /// blake3 of the text: re-ingesting an unchanged source is a no-op.
+    pub hash: [u8; 32],
+    pub bytes: u64,
+    /// The chunk budget the source was cut with; another budget re-chunks it.
+    pub chunk_tokens: u32,
+    pub chunks: Vec<ChunkRef>,
+}
+
+/// The store. Cheap to clone: sled trees are reference-counted handles.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    nodes: sled::Tree,
+    expiry: sled::Tree,
+    sources: sled::Tree,
+    texts: sled::Tree,
+    scopes: sled::Tree,
+    /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
+    pub(crate) expiry_changed: Arc<Notify>,
+    earliest: Arc<AtomicU64>,
+}
+
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    let mut out = vec![FORMAT];
+    let body = bincode::serde::encode_to_vec(v, bincode::config::standard())
+        .map_err(|e| Error::DataCorruption(format!("cannot encode value: {e}")))?;
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T> {
+    match bytes.split_first() {
+        Some((&FORMAT, body)) => {
+            let (v, _) = bincode::serde::decode_from_slice(body, bincode::config::standard())
+                .map_err(|e| Error::DataCorruption(format!("{what}: {e}")))?;
+            Ok(v)
+        }
+        Some((v, _)) => Err(Error::DataCorruption(format!(
+            "{what}: format version {v}, this strata reads version {FORMAT}"
+        ))),
+        None => Err(Error::DataCorruption(format!("{what}: empty value"))),
+    }
+}
+
+fn source_key(scope: &str, source: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(scope.len() + source.len() + 1);
+    k.extend_from_slice(scope.as_bytes());
+    k.push(0);
+    k.extend_from_slice(source.as_bytes());
+    k
+}
+
+fn expiry_key(at: u64, id: &NodeId) -> [u8; 40] {
+    let mut k = [0u8; 40];
+    k[..8].copy_from_slice(&at.to_be_bytes());
+    k[8..].copy_from_slice(&id.0);
+    k
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let db = sled::Config::new()
+            .path(dir.join("store"))
+            .cache_capacity(256 * 1024 * 1024)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                    Error::Store(sled::Error::Io(std::io::Error::new(
+                        io.kind(),
+                        format!(
+                            "{} is in use by another strata process ({io})",
+                            dir.display()
+                        ),
+                    )))
+                }
+                e => Error::Store(e),
+            })?;
+        Self::from_db(db)
+    }
+
+    /// A store that lives in memory only (tests, benchmarks).
+    pub fn temporary() -> Result<Store> {
+        Self::from_db(sled::Config::new().temporary(true).open()?)
+    }
+
+    fn from_db(db: sled::Db) -> Result<Store> {
+        match db.get("format")? {
+            Some(v) if v.as_ref() != [FORMAT] => {
+                return Err(Error::DataCorruption(format!(
+                    "store format {:?}, this strata reads {FORMAT}",
+                    v.as_ref()
+                )));
+            }
+            Some(_) => {}
+            None => {
+                db.insert("format", &[FORMAT])?;
+            }
+        }
+        let s = Store {
+            nodes: db.open_tree("nodes")?,
+            expiry: db.open_tree("expiry")?,
+            sources: db.open_tree("sources")?,
+            texts: db.open_tree("texts")?,
+            scopes: db.open_tree("scopes")?,
+            db,
+            expiry_changed: Arc::new(Notify::new()),
+            earliest: Arc::new(AtomicU64::new(u64::MAX)),
+        };
+        Ok(s)
+    }
+
+    // ---- nodes ----
+
+    /// Writes a node and its expiry entry atomically.
+    pub fn put_node(&self, node: &Node) -> Result<()> {
+        let value = encode(node)?;
+        let old = self.get_node(&node.id)?;
+        (&self.nodes, &self.expiry)
+            .transaction(|(nodes, expiry)| {
+                if let Some(old_at) = old.as_ref().and_then(|o| o.expires_at) {
+                    expiry.remove(&expiry_key(old_at, &node.id)[..])?;
+                }
+                nodes.insert(&node.id.0[..], value.as_slice())?;
+                if let Some(at) = node.expires_at {
+                    expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
+                }
+                Ok(())
+            })
+            .map_err(|e: sled::transaction::TransactionError<()>| match e {
+                sled::transaction::TransactionError::Storage(e) => Error::Store(e),
+                sled::transaction::TransactionError::Abort(()) => {
+                    Error::DataCorruption("node write aborted".into())
+                }
+            })?;
+        if let Some(at) = node.expires_at
+            && at < self.earliest.fetch_min(at, Ordering::AcqRel)
+        {
+            self.expiry_changed.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The node, whether or not it has expired.
+    pub fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
+        match self.nodes.get(id.0)? {
+            Some(v) => Ok(Some(decode(&format!("node {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The node if it exists and has not expired at `now`. Expired nodes are never served.
+    pub fn get_live(&self, id: &NodeId, now: u64) -> Result<Option<Node>> {
+        Ok(self.get_node(id)?.filter(|n| n.is_live(now)))
+    }
+
+    pub fn contains_live(&self, id: &NodeId, now: u64) -> Result<bool> {
+        self.get_live(id, now).map(|n| n.is_some())
+    }
+
+    pub fn remove_node(&self, id: &NodeId) -> Result<bool> {
+        let Some(old) = self.get_node(id)? else {
+            return Ok(false);
+        };
+        if let Some(at) = old.expires_at {
+            self.expiry.remove(expiry_key(at, id))?;
+        }
+        self.nodes.remove(id.0)?;
+        Ok(true)
+    }
+
+    /// Removes every node whose deadline is at or before `now`; returns their ids.
+    pub fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
+        let mut removed = Vec::new();
+        let end = expiry_key(now, &NodeId([0xff; 32]));
+        for item in self.expiry.range(..=&end[..]) {
+            let (k, _) = item?;
+            let mut id = [0u8; 32];
+            id.copy_from_slice(&k[8..40]);
+            let id = NodeId(id);
+            self.expiry.remove(&k)?;
+            // The node may have been rewritten with a later deadline; only remove it if the
+            // node itself is expired.
+            if let Some(n) = self.get_node(&id)?
+                && !n.is_live(now)
+            {
+                self.nodes.remove(id.0)?;
+                removed.push(id);
+            }
+        }
+        self.earliest
+            .store(self.next_deadline()?.unwrap_or(u64::MAX), Ordering::Release);
+        Ok(removed)
+    }
+
+    /// The earliest deadline in the expiry index.
+    pub fn next_deadline(&self) -> Result<Option<u64>> {
+        Ok(self.expiry.first()?.map(|(k, _)| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&k[..8]);
+            u64::from_be_bytes(b)
+        }))
+    }
+
+    pub fn node_ids(&self) -> impl Iterator<Item = Result<NodeId>> + '_ {
+        self.nodes.iter().keys().map(|k| {
+            let k = k?;
+            let arr: [u8; 32] = k
+                .as_ref()
+                .try_into()
+                .map_err(|_| Error::DataCorruption("node key is not 32 bytes".into()))?;
+            Ok(NodeId(arr))
+        })
+    }
+
+    pub fn n_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    // ---- scopes ----
+
+    pub fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
+        match self.scopes.get(name.as_bytes())? {
+            Some(v) => Ok(Some(decode(&format!("scope {name}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn put_scope(&self, rec: &ScopeRecord) -> Result<()> {
+        self.scopes.insert(rec.name.as_bytes(), encode(rec)?)?;
+        Ok(())
+    }
+
+    pub fn scopes(&self) -> Result<Vec<ScopeRecord>> {
+        self.scopes
+            .iter()
+            .values()
+            .map(|v| decode("scope", &v?))
+            .collect()
+    }
+
+    // ---- sources ----
+
+    pub fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
+        match self.sources.get(source_key(scope, source))? {
+            Some(v) => Ok(Some(decode(&format!("source {source}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
+        match self.texts.get(source_key(scope, source))? {
+            Some(v) => Ok(Some(decode(&format!("text of {source}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes a source's record and text together.
+    pub fn put_source(&self, rec: &SourceRecord, text: &str) -> Result<()> {
+        let key = source_key(&rec.scope, &rec.id);
+        let r = encode(rec)?;
+        let t = encode(&text)?;
+        (&self.sources, &self.texts)
+            .transaction(|(s, t_tree)| {
+                s.insert(key.as_slice(), r.as_slice())?;
+                t_tree.insert(key.as_slice(), t.as_slice())?;
+                Ok(())
+            })
+            .map_err(|e: sled::transaction::TransactionError<()>| match e {
+                sled::transaction::TransactionError::Storage(e) => Error::Store(e),
+                sled::transaction::TransactionError::Abort(()) => {
+                    Error::DataCorruption("source write aborted".into())
+                }
+            })?;
+        Ok(())
+    }
+
+    pub fn remove_source(&self, scope: &str, source: &str) -> Result<()> {
+        let key = source_key(scope, source);
+        self.sources.remove(&key)?;
+        self.texts.remove(&key)?;
+        Ok(())
+    }
+
+    /// Durably writes everything to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
