@@ -13,8 +13,9 @@ use crate::store::Store;
 use crate::token;
 use futures::future::{join, join_all};
 use serde::Serialize;
-use std::sync::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::Semaphore;
 
@@ -76,6 +77,7 @@ struct Run<'a> {
     hits: AtomicU64,
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
+    texts: Mutex<HashMap<String, Arc<String>>>,
 }
 
 impl Builder<'_> {
@@ -90,6 +92,7 @@ impl Builder<'_> {
             hits: AtomicU64::new(0),
             built: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
+            texts: Mutex::new(HashMap::new()),
         };
         self.progress.start(
             self.plan.n_derived() as u64,
@@ -367,7 +370,26 @@ impl Run<'_> {
         }
     }
 
-    /// METADATA of `target`: tags extracted from the FULL text beneath it.
+    /// A source's text, read from the store once per build (a 50 MB document must not be
+    /// decoded again for each of its thousands of nodes).
+    fn source_text(&self, scope: &str, source: &str) -> Result<Arc<String>> {
+        if let Some(t) = self.texts.lock().expect("poisoned").get(source) {
+            return Ok(t.clone());
+        }
+        let t =
+            Arc::new(self.b.store.get_text(scope, source)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("source {source} has no text"))
+            })?);
+        self.texts
+            .lock()
+            .expect("poisoned")
+            .insert(source.to_string(), t.clone());
+        Ok(t)
+    }
+
+    /// METADATA of `target`: tags extracted from the FULL text beneath it; for the ABSTRACT,
+    /// the tags that recur across its SUMMARYs' METADATA (re-reading the whole scope for
+    /// one node would cost as much as the rest of the build).
     async fn metadata(&self, target: &Node) -> Result<()> {
         let Some(&id) = self.b.plan.metadata.get(&target.id) else {
             return Ok(());
@@ -375,24 +397,33 @@ impl Run<'_> {
         if self.cached(&id)?.is_some() {
             return Ok(());
         }
-        // The source text beneath: read through the citations (they tile the sources).
-        let mut texts = Vec::with_capacity(target.citations.len());
-        for span in &target.citations {
-            let t = self
-                .b
-                .store
-                .get_text(&target.scope, &span.source)?
-                .ok_or_else(|| {
-                    crate::Error::DataCorruption(format!("source {} has no text", span.source))
-                })?;
-            texts.push(t[span.start as usize..span.end as usize].to_string());
-        }
-        let tags = crate::model::spawn_cpu(move || {
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            offline::tags(&refs, 12)
-        })
-        .await
-        .map_err(crate::Error::invalid)?;
+        let tags = if target.level == Level::Abstract {
+            let mut children = Vec::new();
+            for c in &target.children {
+                let mid = self.b.plan.metadata.get(c).copied();
+                if let Some(n) = mid
+                    .map(|m| self.b.store.get_live(&m, self.b.now))
+                    .transpose()?
+                    .flatten()
+                    && let Some(t) = n.meta.tags
+                {
+                    children.push(t);
+                }
+            }
+            offline::merge_tags(&children, 16)
+        } else {
+            let mut texts = Vec::with_capacity(target.citations.len());
+            for span in &target.citations {
+                let t = self.source_text(&target.scope, &span.source)?;
+                texts.push((t, span.start as usize, span.end as usize));
+            }
+            crate::model::spawn_cpu(move || {
+                let refs: Vec<&str> = texts.iter().map(|(t, s, e)| &t[*s..*e]).collect();
+                offline::tags(&refs, 12)
+            })
+            .await
+            .map_err(crate::Error::invalid)?
+        };
         let mut meta = target.meta.clone();
         let text = render_tags(&meta, &tags);
         meta.tags = Some(tags);

@@ -250,7 +250,47 @@ pub fn chunk(src: &str, structure: Structure, budget: usize) -> Vec<Chunk> {
     chunks
         .par_iter_mut()
         .for_each(|c| c.tokens = token::count(&src[c.start..c.end]));
+    // Packing added up per-piece counts; BPE is not quite additive across piece joins, so
+    // a rare chunk lands a token or two over. Re-pack those with exact counts.
+    if chunks.iter().any(|c| c.tokens > budget) {
+        chunks = chunks
+            .into_iter()
+            .flat_map(|c| {
+                if c.tokens <= budget {
+                    vec![c]
+                } else {
+                    repack(src, c, budget)
+                }
+            })
+            .collect();
+    }
     chunks
+}
+
+/// Splits an over-budget chunk at sentence/word boundaries, counting exactly.
+fn repack(src: &str, c: Chunk, budget: usize) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let mut start = c.start;
+    let mut end = c.start;
+    for (_, e, _) in split_large(src, c.start, c.end, budget) {
+        if end > start && token::count(&src[start..e]) > budget {
+            out.push(Chunk {
+                start,
+                end,
+                tokens: token::count(&src[start..end]),
+                ..c.clone()
+            });
+            start = end;
+        }
+        end = e;
+    }
+    out.push(Chunk {
+        start,
+        end: c.end,
+        tokens: token::count(&src[start..c.end]),
+        ..c
+    });
+    out
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub chunk: ChunkConfig,
@@ -14,18 +14,6 @@ pub struct Config {
     pub store: StoreConfig,
     pub build: BuildConfig,
     pub query: QueryConfig,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            chunk: ChunkConfig::default(),
-            levels: LevelConfig::default(),
-            store: StoreConfig::default(),
-            build: BuildConfig::default(),
-            query: QueryConfig::default(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

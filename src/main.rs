@@ -88,6 +88,20 @@ enum Cmd {
     Reindex,
 }
 
+/// `println!` that treats a closed stdout (`strata query ... | head`) as the reader being
+/// done, not as a crash.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -135,7 +149,7 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                out!(
                     "{}: {} added, {} replaced, {} unchanged, {} removed; {} chunks written ({})",
                     r.scope,
                     r.added,
@@ -154,7 +168,7 @@ fn run(cli: Cli) -> Result<()> {
                 print_json(&r)?;
             } else {
                 let l = r.built_by_level;
-                println!(
+                out!(
                     "{}: built {} nodes (detailed {}, summary {}, abstract {}, metadata {}), {} cache hits, {} failures, {} model calls, {} fallbacks, in {:.2} s",
                     r.scope,
                     r.nodes_built,
@@ -184,7 +198,7 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&w)?;
             } else {
-                println!("{}", w.text);
+                out!("{}", w.text);
                 let mut by_level = [0usize; 5];
                 for n in &w.nodes {
                     by_level[n.level.as_u8() as usize] += 1;
@@ -224,12 +238,12 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&r)?;
             } else if r.citations.is_empty() {
-                println!("No supported answer found (nothing in the scope can be cited for it).");
+                out!("No supported answer found (nothing in the scope can be cited for it).");
                 for h in &r.refinement_history {
-                    println!("  {h}");
+                    out!("  {h}");
                 }
             } else {
-                println!(
+                out!(
                     "Answer (confidence {:.2}{}):",
                     r.confidence,
                     if r.ready { ", ready" } else { ", not ready" }
@@ -239,10 +253,10 @@ fn run(cli: Cli) -> Result<()> {
                         (Some(s), Some(rd)) => format!(" — {s}, round {rd}"),
                         _ => String::new(),
                     };
-                    println!("  [{}] {}", i + 1, c.quote);
-                    println!("      {} bytes {}..{}{who}", c.source, c.start, c.end);
+                    out!("  [{}] {}", i + 1, c.quote);
+                    out!("      {} bytes {}..{}{who}", c.source, c.start, c.end);
                 }
-                println!(
+                out!(
                     "{} iteration(s), {} node(s) examined, {} tokens read, {} sub-call(s)",
                     r.iterations,
                     r.nodes_examined.len(),
@@ -272,7 +286,7 @@ fn run(cli: Cli) -> Result<()> {
                         .map(|s| format!("{} {}..{}", s.source, s.start, s.end))
                         .unwrap_or_default();
                     let text: String = h.text.chars().take(160).collect();
-                    println!(
+                    out!(
                         "{:>7.3}  {:<8} {}  {}\n         {}",
                         h.score,
                         h.level.name(),
@@ -282,7 +296,7 @@ fn run(cli: Cli) -> Result<()> {
                     );
                 }
                 if hits.is_empty() {
-                    println!("no match");
+                    out!("no match");
                 }
             }
         }
@@ -291,7 +305,7 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&s)?;
             } else {
-                println!(
+                out!(
                     "store {} · {} nodes · {} indexed · tokenizer {} · model {}",
                     human_bytes(s.disk_bytes),
                     s.nodes,
@@ -301,7 +315,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
                 for sc in &s.scopes {
                     let l = sc.live_by_level;
-                    println!(
+                    out!(
                         "  {} ({:?}): {} sources, {} chunks, {} groups, {} tokens; live full {} detailed {} summary {} abstract {} metadata {}; {} stale",
                         sc.scope,
                         sc.kind,
@@ -318,7 +332,7 @@ fn run(cli: Cli) -> Result<()> {
                     );
                 }
                 if s.scopes.is_empty() {
-                    println!("  no scopes yet: run `strata ingest --scope NAME FILE...`");
+                    out!("  no scopes yet: run `strata ingest --scope NAME FILE...`");
                 }
             }
         }
@@ -327,9 +341,11 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&r)?;
             } else {
-                println!(
+                out!(
                     "removed {} expired and {} unreachable nodes; {} remain",
-                    r.expired, r.unreachable, r.remaining
+                    r.expired,
+                    r.unreachable,
+                    r.remaining
                 );
             }
         }
@@ -338,7 +354,7 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&serde_json::json!({ "indexed": n }))?;
             } else {
-                println!("indexed {n} nodes");
+                out!("indexed {n} nodes");
             }
         }
     }
@@ -346,7 +362,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    out!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 

@@ -286,10 +286,12 @@ impl<'a> Explorer<'a> {
             }
             let src = &p.sources[c.source];
             let key = (pi, c.source);
-            if !texts.contains_key(&key) {
-                texts.insert(key, self.engine.source_text(&p.scope, &src.id)?);
-            }
-            let text = &texts[&key];
+            let text = match texts.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(self.engine.source_text(&p.scope, &src.id)?)
+                }
+            };
             let Some(quote) = text.get(start as usize..end as usize) else {
                 continue;
             };
@@ -511,6 +513,20 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         frontier = down;
     }
     fulls.truncate(cfg.top_chunks.max(cfg.min_keep));
+    // How well each chunk as a whole matched (normalised to the best): a sentence inherits
+    // some of its chunk's evidence, so the right passage beats a stray short sentence.
+    let chunk_rank: HashMap<NodeId, f64> = {
+        let best = ex
+            .working
+            .iter()
+            .map(|(_, s)| *s)
+            .fold(0.0f32, f32::max)
+            .max(1e-6);
+        ex.working
+            .iter()
+            .map(|(id, s)| (*id, (*s / best) as f64))
+            .collect()
+    };
     ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
     let chunks = ex.peek(&fulls)?;
 
@@ -606,7 +622,8 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         for t in c.ctx.iter().filter(|t| !c.tf.contains_key(*t)) {
             s += if speaker_terms.contains(t) { 1.0 } else { 0.5 } * idf[t];
         }
-        c.score = s / total - 0.01 * c.rank as f64;
+        let chunk = chunk_rank.get(&c.node).copied().unwrap_or(0.0);
+        c.score = 0.7 * (s / total) + 0.3 * chunk - 0.01 * c.rank as f64;
     }
     cands.sort_by(|a, b| {
         b.score

@@ -146,7 +146,7 @@ mod tests {
         let e = debate("d.jsonl", t).unwrap_err().to_string();
         assert!(e.contains("d.jsonl line 3"), "{e}");
         assert!(e.contains("speaker"), "{e}");
-        let ok = debate("d.jsonl", &t.lines().next().unwrap().to_string()).unwrap();
+        let ok = debate("d.jsonl", t.lines().next().unwrap()).unwrap();
         assert_eq!(ok[0].id, "d.jsonl#1");
     }
 

@@ -234,6 +234,33 @@ pub fn tags(texts: &[&str], limit: usize) -> Tags {
     }
 }
 
+/// Tags of a whole from the tags of its parts: what recurs across parts first, then what
+/// appears earliest.
+pub fn merge_tags(parts: &[Tags], limit: usize) -> Tags {
+    fn merge<'a>(lists: impl Iterator<Item = &'a Vec<String>>, limit: usize) -> Vec<String> {
+        let mut seen: HashMap<&str, (u32, usize)> = HashMap::new();
+        let mut order = 0;
+        for list in lists {
+            for item in list {
+                order += 1;
+                seen.entry(item).or_insert((0, order)).0 += 1;
+            }
+        }
+        let mut v: Vec<_> = seen.into_iter().collect();
+        v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
+        v.into_iter()
+            .take(limit)
+            .map(|(k, _)| k.to_string())
+            .collect()
+    }
+    Tags {
+        keywords: merge(parts.iter().map(|t| &t.keywords), limit),
+        entities: merge(parts.iter().map(|t| &t.entities), limit),
+        numbers: merge(parts.iter().map(|t| &t.numbers), limit),
+        dates: merge(parts.iter().map(|t| &t.dates), limit),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

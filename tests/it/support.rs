@@ -1,0 +1,142 @@
+//! Shared helpers: engines on sample data, a runtime, and the citation check every test
+//! that queries uses.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
+use strata::{Config, Engine, NoProgress, QueryResult};
+
+pub const T0: u64 = 1_800_000_000;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn debate_path() -> PathBuf {
+    repo().join("data/debate.jsonl")
+}
+
+pub fn doc_paths() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo().join("data/docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An engine in memory with the debate in scope `debate` and the documents in `docs`.
+pub fn samples(cfg: Config) -> Engine {
+    let e = Engine::in_memory(cfg).unwrap();
+    ingest_samples(&e);
+    e
+}
+
+pub fn ingest_samples(e: &Engine) {
+    e.ingest_files("debate", None, &[debate_path()], T0)
+        .unwrap();
+    e.ingest_files("docs", None, &doc_paths(), T0).unwrap();
+}
+
+pub fn compress(
+    rt: &tokio::runtime::Runtime,
+    e: &Engine,
+    scope: &str,
+    now: u64,
+) -> strata::BuildReport {
+    rt.block_on(e.compress(scope, now, &NoProgress)).unwrap()
+}
+
+pub fn query(
+    rt: &tokio::runtime::Runtime,
+    e: &Engine,
+    scope: &str,
+    q: &str,
+    now: u64,
+) -> QueryResult {
+    let r = rt
+        .block_on(e.query(&[scope.to_string()], q, now, &NoProgress))
+        .unwrap();
+    check_citations(e, &r);
+    r
+}
+
+/// Invariant 3: every citation's quote is exactly the source bytes at `[start, end)`, and
+/// the span lies inside one FULL chunk of that source.
+pub fn check_citations(e: &Engine, r: &QueryResult) {
+    for c in &r.citations {
+        let scope = e
+            .scope_names()
+            .unwrap()
+            .into_iter()
+            .find(|s| e.store().get_source(s, &c.source).unwrap().is_some())
+            .unwrap_or_else(|| panic!("citation of unknown source {}", c.source));
+        let text = e.source_text(&scope, &c.source).unwrap();
+        assert_eq!(
+            &text[c.start as usize..c.end as usize],
+            c.quote,
+            "quote of {c:?}"
+        );
+        let rec = e.store().get_source(&scope, &c.source).unwrap().unwrap();
+        assert!(
+            rec.chunks
+                .iter()
+                .any(|k| k.start <= c.start && c.end <= k.end),
+            "citation {c:?} is not inside one FULL chunk"
+        );
+    }
+    assert!(
+        !r.citations.is_empty() || r.answer.is_empty(),
+        "uncited answer text"
+    );
+    assert!((0.0..=1.0).contains(&r.confidence));
+}
+
+pub fn write(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// A sub-model that fails on inputs containing `poison` and otherwise delegates to the
+/// offline compressor, counting calls.
+pub struct Flaky {
+    pub poison: &'static str,
+    pub calls: AtomicU64,
+    pub identity: &'static str,
+}
+
+impl Flaky {
+    pub fn new(poison: &'static str, identity: &'static str) -> Arc<Flaky> {
+        Arc::new(Flaky {
+            poison,
+            calls: AtomicU64::new(0),
+            identity,
+        })
+    }
+}
+
+impl SubModel for Flaky {
+    fn identity(&self) -> String {
+        self.identity.to_string()
+    }
+    fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            if req.passages.iter().any(|p| p.text.contains(self.poison)) {
+                return Err(ModelError::Unavailable("connection refused".into()));
+            }
+            Ok(strata::model::offline::compress(&req))
+        })
+    }
+}
