@@ -292,8 +292,13 @@ fn auto(engine: &Engine, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<It
         p.place(engine, plan, now, n - 1, &fine, half)?;
     }
     for &gi in &order {
-        if p.costs[gi] == 0 {
-            p.place(engine, plan, now, gi, &[Level::Summary], budget)?;
+        // A debate keeps a contiguous run of recent rounds: no gap where a long round
+        // did not fit and an older, shorter one did.
+        if p.costs[gi] == 0
+            && !p.place(engine, plan, now, gi, &[Level::Summary], budget)?
+            && plan.kind == ScopeKind::Debate
+        {
+            break;
         }
     }
     for &gi in &order {

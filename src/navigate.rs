@@ -588,6 +588,35 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
             });
         }
     }
+    // Two adjacent sentences of one chunk may answer together what neither does alone
+    // ("...four essential human freedoms. The first is freedom of speech..."): add each
+    // such pair as one candidate span; length normalisation keeps pairs from winning by size.
+    let singles = cands.len();
+    for i in 1..singles {
+        let (a, b) = (&cands[i - 1], &cands[i]);
+        if a.node != b.node {
+            continue;
+        }
+        let adds = b.tf.keys().any(|t| !a.tf.contains_key(t));
+        let adds_back = a.tf.keys().any(|t| !b.tf.contains_key(t));
+        if !(adds && adds_back) {
+            continue;
+        }
+        let mut tf = a.tf.clone();
+        for (t, f) in &b.tf {
+            *tf.entry(t.clone()).or_insert(0) += f;
+        }
+        cands.push(Cand {
+            node: a.node,
+            start: a.start,
+            end: b.end,
+            tf,
+            ctx: a.ctx.clone(),
+            len: a.len + b.len,
+            score: 0.0,
+            rank: a.rank,
+        });
+    }
     // A question that names a speaker asks what that speaker said: their turns get full
     // credit for the name, and other speakers merely mentioning them get none.
     let mut speaker_terms: HashSet<String> = HashSet::new();
@@ -646,6 +675,12 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
                     .collect()
             };
             let adds = terms_of(c).iter().any(|t| !covered.contains(t));
+            let overlaps = chosen
+                .iter()
+                .any(|o| o.node == c.node && o.start < c.end && c.start < o.end);
+            if overlaps {
+                continue;
+            }
             if chosen.is_empty() || (c.score >= 0.75 * best.score && adds) {
                 covered.extend(terms_of(c));
                 chosen.push(c);
