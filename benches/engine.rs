@@ -1,1 +1,367 @@
-fn main() {}
+//! Micro-benchmarks of strata's hot paths, on the sample data in `data/`.
+//!
+//! ```text
+//! cargo bench --bench engine               # everything (~2-3 minutes on 2 cores)
+//! cargo bench --bench engine -- chunk      # one group
+//! ```
+//!
+//! Groups: `chunk` (semantic chunker, bytes/s), `offline` (extractive compressor on one
+//! 400-token chunk and on one ~3,000-token SUMMARY group), `store` (sled `put_node` /
+//! `get_live`), `index` (BM25 `grep` over a built engine), `context` (token-budgeted
+//! windows on a warm engine) and `query` (the offline navigator, end to end).
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+use strata::chunk::{self, Structure};
+use strata::model::offline;
+use strata::model::{CompressRequest, Passage};
+use strata::node::{Meta, Span, full_id};
+use strata::{Config, Engine, Level, LevelChoice, NoProgress, Node, NodeId, Store, unix_now};
+
+/// Chunk budget used by the engine's default configuration.
+const CHUNK_TOKENS: usize = 400;
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data")
+}
+
+/// `data/docs/*.txt`, sorted by name.
+fn doc_paths() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(data_dir().join("docs"))
+        .expect("data/docs")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no .txt files in data/docs");
+    v
+}
+
+/// At least 200 KB of real text: the sample documents, cycled, joined by blank lines.
+fn corpus() -> &'static str {
+    static CORPUS: OnceLock<String> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let texts: Vec<String> = doc_paths()
+            .iter()
+            .map(|p| std::fs::read_to_string(p).expect("read doc"))
+            .collect();
+        let mut out = String::new();
+        for t in texts.iter().cycle() {
+            if out.len() >= 200_000 {
+                break;
+            }
+            if !out.is_empty() {
+                out.push_str("\n\n");
+            }
+            out.push_str(t);
+        }
+        out
+    })
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .nresamples(10_000)
+}
+
+// ------------------------------------------------------------------------ chunking
+
+fn bench_chunk(c: &mut Criterion) {
+    let text = corpus();
+    let mut g = c.benchmark_group("chunk");
+    g.throughput(Throughput::Bytes(text.len() as u64));
+    g.bench_function(BenchmarkId::new("document_400", text.len()), |b| {
+        b.iter(|| chunk::chunk(black_box(text), Structure::Document, CHUNK_TOKENS))
+    });
+    g.finish();
+}
+
+// ------------------------------------------------------------------------ offline compressor
+
+fn bench_offline(c: &mut Criterion) {
+    let text = corpus();
+    let chunks = chunk::chunk(text, Structure::Document, CHUNK_TOKENS);
+    // The fullest chunk: as close to the 400-token budget as the text allows.
+    let big = chunks.iter().max_by_key(|c| c.tokens).expect("chunks");
+    let detailed = CompressRequest {
+        level: Level::Detailed,
+        passages: vec![Passage {
+            text: text[big.start..big.end].to_string(),
+            label: None,
+        }],
+        target_tokens: big.tokens.div_ceil(2),
+    };
+    // A SUMMARY group: consecutive chunks (one passage each) up to ~3,000 tokens.
+    let mut passages = Vec::new();
+    let mut group_tokens = 0;
+    for c in &chunks {
+        if group_tokens >= 3_000 {
+            break;
+        }
+        group_tokens += c.tokens;
+        passages.push(Passage {
+            text: text[c.start..c.end].to_string(),
+            label: None,
+        });
+    }
+    let summary = CompressRequest {
+        level: Level::Summary,
+        passages,
+        target_tokens: group_tokens / 5,
+    };
+
+    let mut g = c.benchmark_group("offline");
+    g.throughput(Throughput::Bytes(big.end as u64 - big.start as u64));
+    g.bench_function(BenchmarkId::new("detailed_chunk_tokens", big.tokens), |b| {
+        b.iter(|| offline::compress(black_box(&detailed)))
+    });
+    let bytes: usize = summary.passages.iter().map(|p| p.text.len()).sum();
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.bench_function(
+        BenchmarkId::new("summary_group_tokens", group_tokens),
+        |b| b.iter(|| offline::compress(black_box(&summary))),
+    );
+    g.finish();
+}
+
+// ------------------------------------------------------------------------ store
+
+/// Realistic nodes: FULL chunks of the corpus and DETAILED-like nodes (half the text,
+/// one child, the chunk's span), with the metadata a document chunk carries.
+fn sample_nodes(now: u64) -> Vec<Node> {
+    let text = corpus();
+    let source = "data/docs/corpus.txt";
+    let mut out = Vec::new();
+    for c in chunk::chunk(text, Structure::Document, CHUNK_TOKENS) {
+        let body = text[c.start..c.end].to_string();
+        let span = Span {
+            source: source.to_string(),
+            start: c.start as u64,
+            end: c.end as u64,
+        };
+        let meta = Meta {
+            rounds: Vec::new(),
+            speakers: Vec::new(),
+            headings: c.headings.clone(),
+            tags: None,
+        };
+        let full = Node {
+            id: full_id(source, c.start, c.end, &body),
+            scope: "docs".into(),
+            level: Level::Full,
+            text: body.clone(),
+            children: Vec::new(),
+            citations: vec![span.clone()],
+            tokens: c.tokens as u32,
+            meta: meta.clone(),
+            created_at: now,
+            expires_at: None,
+        };
+        let mut half = body.len() / 2;
+        while !body.is_char_boundary(half) {
+            half += 1;
+        }
+        let mut did = full.id;
+        did.0[0] ^= 0xff;
+        let detailed = Node {
+            id: did,
+            scope: "docs".into(),
+            level: Level::Detailed,
+            text: body[..half].to_string(),
+            children: vec![full.id],
+            citations: vec![span],
+            tokens: (c.tokens / 2) as u32,
+            meta,
+            created_at: now,
+            expires_at: Some(now + 3600),
+        };
+        out.push(full);
+        out.push(detailed);
+    }
+    out
+}
+
+fn bench_store(c: &mut Criterion) {
+    let now = unix_now();
+    let nodes = sample_nodes(now);
+    let store = Store::temporary().expect("store");
+    for n in &nodes {
+        store.put_node(n).expect("put");
+    }
+    let mut g = c.benchmark_group("store");
+    g.throughput(Throughput::Elements(1));
+
+    // A new id every call (what a cold build does).
+    let mut fresh = 0u64;
+    g.bench_function("put_node_new", |b| {
+        b.iter(|| {
+            let mut n = nodes[(fresh as usize) % nodes.len()].clone();
+            fresh += 1;
+            n.id.0[24..].copy_from_slice(&fresh.to_le_bytes());
+            store.put_node(black_box(&n)).expect("put");
+        })
+    });
+    // Rewriting an existing node (a refresh after expiry).
+    let mut i = 0usize;
+    g.bench_function("put_node_overwrite", |b| {
+        b.iter(|| {
+            i = (i + 1) % nodes.len();
+            store.put_node(black_box(&nodes[i])).expect("put");
+        })
+    });
+    let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+    let mut j = 0usize;
+    g.bench_function("get_live_hit", |b| {
+        b.iter(|| {
+            j = (j + 1) % ids.len();
+            let n = store.get_live(black_box(&ids[j]), now).expect("get");
+            assert!(n.is_some());
+            n
+        })
+    });
+    let missing = NodeId([0x5a; 32]);
+    g.bench_function("get_live_miss", |b| {
+        b.iter(|| store.get_live(black_box(&missing), now).expect("get"))
+    });
+    g.finish();
+}
+
+// ------------------------------------------------------------------------ built engine
+
+struct Warm {
+    rt: tokio::runtime::Runtime,
+    engine: Engine,
+    now: u64,
+}
+
+/// One in-memory engine with `data/docs/*.txt` in scope `docs` and `data/debate.jsonl` in
+/// scope `debate`, both fully compressed. Built once, shared by the index, context and
+/// query groups.
+fn warm() -> &'static Warm {
+    static WARM: OnceLock<Warm> = OnceLock::new();
+    WARM.get_or_init(|| {
+        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+        let now = unix_now();
+        let engine = Engine::in_memory(Config::default()).expect("engine");
+        engine
+            .ingest_files("docs", None, &doc_paths(), now)
+            .expect("ingest docs");
+        engine
+            .ingest_files("debate", None, &[data_dir().join("debate.jsonl")], now)
+            .expect("ingest debate");
+        for scope in ["docs", "debate"] {
+            let r = rt
+                .block_on(engine.compress(scope, now, &NoProgress))
+                .expect("compress");
+            assert!(r.failures.is_empty(), "{scope}: {:?}", r.failures);
+            eprintln!(
+                "warm engine: {scope}: {} nodes built in {} ms",
+                r.nodes_built, r.elapsed_ms
+            );
+        }
+        Warm { rt, engine, now }
+    })
+}
+
+fn bench_index(c: &mut Criterion) {
+    let w = warm();
+    let mut g = c.benchmark_group("index");
+    g.bench_function("grep_all_scopes", |b| {
+        b.iter(|| {
+            let hits = w
+                .engine
+                .grep(&[], black_box("four freedoms speech"), &[], 10, w.now)
+                .expect("grep");
+            assert!(!hits.is_empty());
+            hits
+        })
+    });
+    let docs = vec!["docs".to_string()];
+    g.bench_function("grep_docs_full_level", |b| {
+        b.iter(|| {
+            w.engine
+                .grep(
+                    &docs,
+                    black_box("four freedoms speech"),
+                    &[Level::Full],
+                    10,
+                    w.now,
+                )
+                .expect("grep")
+        })
+    });
+    g.finish();
+}
+
+fn bench_context(c: &mut Criterion) {
+    let w = warm();
+    let mut g = c.benchmark_group("context");
+    for (name, choice) in [
+        ("debate_auto_2000", LevelChoice::Auto),
+        ("debate_summary_2000", LevelChoice::Fixed(Level::Summary)),
+        ("debate_abstract_2000", LevelChoice::Fixed(Level::Abstract)),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let win =
+                    w.rt.block_on(w.engine.context("debate", choice, 2000, w.now, &NoProgress))
+                        .expect("context");
+                assert!(win.tokens <= 2000);
+                win
+            })
+        });
+    }
+    g.bench_function("docs_auto_2000", |b| {
+        b.iter(|| {
+            w.rt.block_on(
+                w.engine
+                    .context("docs", LevelChoice::Auto, 2000, w.now, &NoProgress),
+            )
+            .expect("context")
+        })
+    });
+    g.finish();
+}
+
+fn bench_query(c: &mut Criterion) {
+    let w = warm();
+    let mut g = c.benchmark_group("query");
+    let all: Vec<String> = Vec::new();
+    let debate = vec!["debate".to_string()];
+    for (name, scopes, q) in [
+        (
+            "docs_four_freedoms",
+            &all,
+            "What is the first of the four freedoms in Roosevelt's 1941 address?",
+        ),
+        (
+            "debate_fare_cap",
+            &debate,
+            "What did chen propose about fares?",
+        ),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let r =
+                    w.rt.block_on(w.engine.query(scopes, black_box(q), w.now, &NoProgress))
+                        .expect("query");
+                assert!(!r.citations.is_empty(), "{name}: no citations");
+                r
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_chunk, bench_offline, bench_store, bench_index, bench_context, bench_query
+}
+criterion_main!(benches);

@@ -6,10 +6,13 @@
 use crate::config::Config;
 use crate::error::Result;
 use crate::level::Level;
-use crate::model::{CompressRequest, Passage, SubModel, offline};
+use crate::model::limit::Gate;
+use crate::model::usage::{self, Meter, Usage};
+use crate::model::{CompressRequest, ModelError, Passage, SubModel, offline};
 use crate::node::{Meta, Node, NodeId, Span, merge_spans};
 use crate::plan::Plan;
 use crate::store::Store;
+use crate::text;
 use crate::token;
 use futures::future::{join, join_all};
 use serde::Serialize;
@@ -17,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::sync::Semaphore;
 
 /// Receives build progress (a progress bar on a TTY, nothing in tests).
 pub trait Progress: Send + Sync {
@@ -50,12 +52,23 @@ pub struct BuildReport {
     pub model_calls: u64,
     /// Nodes whose model output was unusable and were made by the offline compressor.
     pub fallbacks: u64,
+    /// Model outputs rejected as empty.
+    pub empty: u64,
+    /// Model outputs rejected as over budget (or cut off at their token limit).
+    pub over_budget: u64,
+    /// Model outputs rejected for numbers, dates or names that are not in their inputs.
+    pub unfaithful: u64,
+    /// Model calls that failed after the client's retries (server errors, timeouts,
+    /// undecodable responses).
+    pub model_errors: u64,
     pub failures: Vec<BuildFailure>,
     pub elapsed_ms: u64,
     /// Nodes built at each level (full, detailed, summary, abstract, metadata).
     pub built_by_level: [usize; 5],
     /// Nodes written to the full-text index.
     pub indexed: usize,
+    /// Model traffic: calls, tokens and estimated cost per model.
+    pub usage: Usage,
 }
 
 pub(crate) struct Builder<'a> {
@@ -66,14 +79,21 @@ pub(crate) struct Builder<'a> {
     pub fallback: &'a dyn SubModel,
     pub cfg: &'a Config,
     pub now: u64,
+    /// Also rebuild nodes that expire before this time (warming ahead of expiry).
+    pub refresh_before: Option<u64>,
     pub progress: &'a dyn Progress,
 }
 
 struct Run<'a> {
     b: &'a Builder<'a>,
-    sem: Semaphore,
+    /// `build.concurrency` for models that do not limit their calls themselves.
+    gate: Option<Gate>,
     calls: AtomicU64,
     fallbacks: AtomicU64,
+    empty: AtomicU64,
+    over_budget: AtomicU64,
+    unfaithful: AtomicU64,
+    model_errors: AtomicU64,
     hits: AtomicU64,
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
@@ -86,9 +106,13 @@ impl Builder<'_> {
         let t0 = Instant::now();
         let run = Run {
             b: self,
-            sem: Semaphore::new(self.cfg.build.concurrency),
+            gate: (!self.model.self_limited()).then(|| Gate::new(self.cfg.build.concurrency)),
             calls: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
+            empty: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
+            unfaithful: AtomicU64::new(0),
+            model_errors: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             built: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
@@ -98,10 +122,15 @@ impl Builder<'_> {
             self.plan.n_derived() as u64,
             &format!("compressing {}", self.plan.scope),
         );
-        let summaries = join_all((0..self.plan.groups.len()).map(|gi| run.group(gi))).await;
-        if let Some(abs) = run.abstract_node(summaries).await? {
-            run.metadata(&abs).await?;
-        }
+        let meter = Arc::new(Meter::default());
+        usage::metered(meter.clone(), async {
+            let summaries = join_all((0..self.plan.groups.len()).map(|gi| run.group(gi))).await;
+            if let Some(abs) = run.abstract_node(summaries).await? {
+                run.metadata(&abs).await?;
+            }
+            Ok::<(), crate::Error>(())
+        })
+        .await?;
         self.progress.finish();
         let built = run.built.into_inner().expect("poisoned");
         let failures = run.failures.into_inner().expect("poisoned");
@@ -109,17 +138,26 @@ impl Builder<'_> {
         for n in &built {
             by_level[n.level.as_u8() as usize] += 1;
         }
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());
+        usage.invalid_outputs = load(&run.empty) + load(&run.over_budget) + load(&run.unfaithful);
+        usage.fallbacks = load(&run.fallbacks);
         let report = BuildReport {
             scope: self.plan.scope.clone(),
             nodes_total: self.plan.n_derived(),
             nodes_built: built.len(),
             cache_hits: run.hits.load(Ordering::Relaxed) as usize,
-            model_calls: run.calls.load(Ordering::Relaxed),
-            fallbacks: run.fallbacks.load(Ordering::Relaxed),
+            model_calls: load(&run.calls),
+            fallbacks: load(&run.fallbacks),
+            empty: load(&run.empty),
+            over_budget: load(&run.over_budget),
+            unfaithful: load(&run.unfaithful),
+            model_errors: load(&run.model_errors),
             failures,
             elapsed_ms: t0.elapsed().as_millis() as u64,
             built_by_level: by_level,
             indexed: 0,
+            usage,
         };
         Ok((report, built))
     }
@@ -138,7 +176,7 @@ impl Run<'_> {
     }
 
     fn cached(&self, id: &NodeId) -> Result<Option<Node>> {
-        let n = self.b.store.get_live(id, self.b.now)?;
+        let n = self.b.store.get_live(id, self.horizon())?;
         if n.is_some() {
             self.hits.fetch_add(1, Ordering::Relaxed);
             self.b.progress.inc(1);
@@ -160,24 +198,53 @@ impl Run<'_> {
         Ok(node)
     }
 
-    /// Asks the model, validates the output, retries, and falls back to the offline
-    /// compressor. Returns `Err` only when even the fallback failed.
+    /// Asks the model, validates the output (faithfulness included), retries, and falls
+    /// back to the offline compressor. Returns `Err` only when even the fallback failed.
     async fn compress(&self, req: CompressRequest) -> Result<String, String> {
+        let trusted = self.b.model.trusted();
+        let req = Arc::new(req);
         let mut last = String::new();
         for _ in 0..=self.b.cfg.build.retries {
             let out = {
-                let _permit = self.sem.acquire().await.expect("semaphore closed");
+                // Higher levels first: they are on the critical path of the DAG.
+                let _permit = match &self.gate {
+                    Some(g) => Some(g.acquire(req.level.as_u8()).await),
+                    None => None,
+                };
                 self.calls.fetch_add(1, Ordering::Relaxed);
-                self.b.model.compress(req.clone()).await
+                self.b.model.compress((*req).clone()).await
             };
-            match out {
-                Ok(text) => match validate(&text, &req, self.b.model.trusted()) {
+            let rejection = match out {
+                Ok(text) if trusted => match validate(&text, &req, true) {
                     Ok(()) => return Ok(text),
-                    Err(e) => last = e,
+                    Err(r) => r,
                 },
-                Err(e) => last = e.to_string(),
-            }
+                Ok(text) => {
+                    let r = req.clone();
+                    // The fact check tokenises and scans every input: rayon's work.
+                    match crate::model::spawn_cpu(move || validate(&text, &r, false).map(|()| text))
+                        .await
+                    {
+                        Ok(Ok(text)) => return Ok(text),
+                        Ok(Err(r)) => r,
+                        Err(panic) => Rejection::Failed(panic),
+                    }
+                }
+                Err(ModelError::Truncated) => {
+                    Rejection::OverBudget(ModelError::Truncated.to_string())
+                }
+                Err(e) => Rejection::Failed(e.to_string()),
+            };
+            let counter = match &rejection {
+                Rejection::Empty => &self.empty,
+                Rejection::OverBudget(_) => &self.over_budget,
+                Rejection::Unfaithful(_) => &self.unfaithful,
+                Rejection::Failed(_) => &self.model_errors,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            last = rejection.to_string();
         }
+        let req = Arc::unwrap_or_clone(req);
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(error = %last, "model output replaced by the fallback compressor");
         match self.b.fallback.compress(req.clone()).await {
@@ -187,9 +254,51 @@ impl Run<'_> {
         }
     }
 
-    async fn group(&self, gi: usize) -> Option<Node> {
+    fn horizon(&self) -> u64 {
+        self.b.refresh_before.unwrap_or(self.b.now).max(self.b.now)
+    }
+
+    /// The common warm case: every node of the group is live. Checked on the deadline
+    /// index alone, without decoding a node.
+    fn group_is_live(&self, gi: usize) -> Result<bool> {
         let plan = self.b.plan;
         let g = &plan.groups[gi];
+        let mut n = 0;
+        let ids = g
+            .chunks
+            .iter()
+            .map(|&ci| plan.chunks[ci].detailed)
+            .chain(std::iter::once(g.summary));
+        for id in ids {
+            let meta = plan.metadata.get(&id).copied();
+            for x in std::iter::once(id).chain(meta) {
+                if !self.b.store.contains_live(&x, self.horizon())? {
+                    return Ok(false);
+                }
+                n += 1;
+            }
+        }
+        self.hits.fetch_add(n, Ordering::Relaxed);
+        self.b.progress.inc(n);
+        Ok(true)
+    }
+
+    async fn group(&self, gi: usize) -> Option<NodeId> {
+        let plan = self.b.plan;
+        let g = &plan.groups[gi];
+        match self.group_is_live(gi) {
+            Ok(true) => return Some(g.summary),
+            Ok(false) => {}
+            Err(e) => {
+                self.fail(
+                    g.summary,
+                    Level::Summary,
+                    format!("{} summary", g.label),
+                    e.to_string(),
+                );
+                return None;
+            }
+        }
         let dets: Vec<Option<Node>> = join_all(g.chunks.iter().map(|&ci| self.detailed(ci))).await;
         let metas = join_all(dets.iter().flatten().map(|d| async {
             if let Err(e) = self.metadata(d).await {
@@ -222,7 +331,7 @@ impl Run<'_> {
                 }
             }
         };
-        join(metas, summary).await.1
+        join(metas, summary).await.1.map(|s| s.id)
     }
 
     async fn detailed(&self, ci: usize) -> Option<Node> {
@@ -243,7 +352,13 @@ impl Run<'_> {
                 level: Level::Detailed,
                 passages: vec![Passage {
                     text: full.text.clone(),
-                    label: None,
+                    // The offline compressor would print the label into the text; a model
+                    // needs it to keep who said what in which round.
+                    label: if self.b.model.trusted() {
+                        None
+                    } else {
+                        self.b.plan.chunk_label(ci)
+                    },
                 }],
                 target_tokens: target.max(1),
             };
@@ -281,7 +396,11 @@ impl Run<'_> {
             .zip(dets)
             .map(|(&ci, d)| Passage {
                 text: d.text.clone(),
-                label: plan.sources[plan.chunks[ci].source].speaker.clone(),
+                label: if self.b.model.trusted() {
+                    plan.sources[plan.chunks[ci].source].speaker.clone()
+                } else {
+                    plan.chunk_label(ci)
+                },
             })
             .collect();
         let target = (g.full_tokens as f64 * self.b.cfg.levels.summary_ratio).ceil() as usize;
@@ -311,7 +430,7 @@ impl Run<'_> {
         }
     }
 
-    async fn abstract_node(&self, summaries: Vec<Option<Node>>) -> Result<Option<Node>> {
+    async fn abstract_node(&self, summaries: Vec<Option<NodeId>>) -> Result<Option<Node>> {
         let plan = self.b.plan;
         if let Some(n) = self.cached(&plan.abstract_id)? {
             return Ok(Some(n));
@@ -325,7 +444,12 @@ impl Run<'_> {
             );
             return Ok(None);
         }
-        let sums: Vec<Node> = summaries.into_iter().flatten().collect();
+        let mut sums: Vec<Node> = Vec::with_capacity(summaries.len());
+        for id in summaries.into_iter().flatten() {
+            sums.push(self.b.store.get_node(&id)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("SUMMARY {id} vanished during the build"))
+            })?);
+        }
         let passages = plan
             .groups
             .iter()
@@ -462,13 +586,34 @@ impl Run<'_> {
     }
 }
 
-/// Model output is untrusted: it must be non-empty text within reach of its budget. A
-/// `trusted` compressor (the offline one, which may keep one whole sentence over budget
-/// rather than cut it) is only checked for emptiness.
-fn validate(text: &str, req: &CompressRequest, trusted: bool) -> Result<(), String> {
+/// Why a model output was not used.
+#[derive(Debug, PartialEq)]
+enum Rejection {
+    Empty,
+    OverBudget(String),
+    Unfaithful(String),
+    Failed(String),
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::Empty => f.write_str("empty output"),
+            Rejection::OverBudget(m) | Rejection::Unfaithful(m) | Rejection::Failed(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+/// Model output is untrusted: it must be non-empty text within reach of its budget, and
+/// every number, date and name in it must occur in its inputs. A `trusted` compressor
+/// (the offline one, which may keep one whole sentence over budget rather than cut it,
+/// and only ever copies sentences) is only checked for emptiness.
+fn validate(text: &str, req: &CompressRequest, trusted: bool) -> Result<(), Rejection> {
     let input_blank = req.passages.iter().all(|p| p.text.trim().is_empty());
     if text.trim().is_empty() && !input_blank {
-        return Err("empty output".into());
+        return Err(Rejection::Empty);
     }
     if trusted {
         return Ok(());
@@ -476,12 +621,83 @@ fn validate(text: &str, req: &CompressRequest, trusted: bool) -> Result<(), Stri
     let t = token::count(text);
     let limit = req.target_tokens + req.target_tokens / 2 + 16;
     if t > limit {
-        return Err(format!(
+        return Err(Rejection::OverBudget(format!(
             "output of {t} tokens is over the budget of {}",
             req.target_tokens
-        ));
+        )));
+    }
+    let unsupported = unsupported_facts(text, &req.passages);
+    if !unsupported.is_empty() {
+        return Err(Rejection::Unfaithful(format!(
+            "not in the input: {}",
+            unsupported.join(", ")
+        )));
     }
     Ok(())
+}
+
+/// The numbers, dates and names of `text` that its inputs (texts and labels) do not
+/// contain. Numbers compare by their digits (`38,000` = `38000`); names and months by
+/// their words, ignoring case and possessives (`Alice's` is `alice`, a speaker label).
+fn unsupported_facts(text: &str, passages: &[Passage]) -> Vec<String> {
+    use unicode_segmentation::UnicodeSegmentation;
+    fn number(s: &str) -> String {
+        let d: String = s
+            .chars()
+            .filter(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        d.trim_matches('.').to_string()
+    }
+    fn word(w: &str) -> String {
+        let w = w.to_lowercase();
+        for suffix in ["'s", "\u{2019}s"] {
+            if let Some(stem) = w.strip_suffix(suffix) {
+                return stem.to_string();
+            }
+        }
+        w
+    }
+    let mut numbers = std::collections::HashSet::new();
+    let mut words = std::collections::HashSet::new();
+    let inputs = passages
+        .iter()
+        .flat_map(|p| [Some(p.text.as_str()), p.label.as_deref()])
+        .flatten();
+    for t in inputs {
+        for run in t.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ',')) {
+            if run.chars().any(|c| c.is_ascii_digit()) {
+                numbers.insert(number(run));
+            }
+        }
+        words.extend(t.unicode_words().map(word));
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut miss = |what: &str| {
+        if !out.iter().any(|o| o == what) {
+            out.push(what.to_string());
+        }
+    };
+    for s in text::sentences(text) {
+        let f = text::facts(&text[s.start..s.end]);
+        for n in &f.numbers {
+            if !numbers.contains(&number(n)) {
+                miss(n);
+            }
+        }
+        for item in f.dates.iter().chain(&f.entities) {
+            let ok = item.unicode_words().all(|w| {
+                if w.chars().any(|c| c.is_ascii_digit()) {
+                    numbers.contains(&number(w))
+                } else {
+                    crate::text::is_stopword(&w.to_lowercase()) || words.contains(&word(w))
+                }
+            });
+            if !ok {
+                miss(item);
+            }
+        }
+    }
+    out
 }
 
 pub(crate) fn merge_meta<'a>(metas: impl Iterator<Item = &'a Meta>) -> Meta {
@@ -531,4 +747,60 @@ fn render_tags(meta: &Meta, t: &crate::node::Tags) -> String {
         }
     }
     parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(level: Level, passages: &[(&str, Option<&str>)], target: usize) -> CompressRequest {
+        CompressRequest {
+            level,
+            passages: passages
+                .iter()
+                .map(|(t, l)| Passage {
+                    text: t.to_string(),
+                    label: l.map(str::to_string),
+                })
+                .collect(),
+            target_tokens: target,
+        }
+    }
+
+    #[test]
+    fn faithful_rewrites_pass_and_invented_facts_do_not() {
+        let r = req(
+            Level::Summary,
+            &[
+                (
+                    "The 2029 audit put the cost at $1.57 billion, and 38,000 riders by March 2031.",
+                    Some("bob (round 7)"),
+                ),
+                ("PARTA's forecast is too rosy.", Some("alice (round 7)")),
+            ],
+            60,
+        );
+        let ok = "In round 7, Bob cited the 2029 audit: $1.57 billion and 38000 riders by \
+                  March 2031. Alice called PARTA's forecast too rosy.";
+        assert_eq!(validate(ok, &r, false), Ok(()));
+        for (bad, fact) in [
+            ("Bob said the audit found $2.1 billion.", "2.1"),
+            ("Bob cited the 2030 audit.", "2030"),
+            ("Bob and Carol Danvers agreed in round 7.", "Carol Danvers"),
+            ("The audit was due in April 2031.", "April 2031"),
+        ] {
+            match validate(bad, &r, false) {
+                Err(Rejection::Unfaithful(m)) => assert!(m.contains(fact), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert_eq!(validate("  ", &r, false), Err(Rejection::Empty));
+        let long = "Bob cited the audit. ".repeat(40);
+        assert!(matches!(
+            validate(&long, &r, false),
+            Err(Rejection::OverBudget(_))
+        ));
+        // The offline compressor is trusted: only emptiness is checked.
+        assert_eq!(validate(&long, &r, true), Ok(()));
+    }
 }

@@ -14,6 +14,43 @@ pub struct Config {
     pub store: StoreConfig,
     pub build: BuildConfig,
     pub query: QueryConfig,
+    pub server: ServerConfig,
+    pub model: ModelConfig,
+    pub prices: Prices,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address `strata serve` listens on.
+    pub addr: String,
+    /// Bearer token every `/api` route requires; empty = no auth.
+    pub token: String,
+    /// Whether `/metrics` is open without the token.
+    pub metrics_public: bool,
+    /// Background job workers.
+    pub workers: usize,
+    /// Largest accepted request body, in bytes.
+    pub body_limit_bytes: usize,
+    /// Re-warm a scope queried within the last TTL when its levels expire within this
+    /// many seconds; 0 = no warming ahead of expiry.
+    pub warm_before_secs: u64,
+    /// On shutdown, running jobs get this long to finish before they are parked.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            addr: "127.0.0.1:7878".into(),
+            token: String::new(),
+            metrics_public: true,
+            workers: 2,
+            body_limit_bytes: 8 << 20,
+            warm_before_secs: 0,
+            shutdown_grace_secs: 10,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,6 +145,9 @@ pub struct QueryConfig {
     pub max_citations: usize,
     /// Confidence at or above which an answer is `ready`.
     pub ready_threshold: f64,
+    /// Where navigation starts: `abstract` (read the overview first), `metadata` or
+    /// `summary` (go straight to the groups).
+    pub start_level: crate::level::Level,
 }
 
 impl Default for QueryConfig {
@@ -121,7 +161,127 @@ impl Default for QueryConfig {
             top_chunks: 6,
             max_citations: 3,
             ready_threshold: 0.5,
+            start_level: crate::level::Level::Abstract,
         }
+    }
+}
+
+/// Which models strata talks to, and how. Both roles default to offline: nothing is
+/// called unless configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The compression (*sub*) model, also used for `partition_map` fan-out: `offline`, or
+    /// `openai:MODEL` for any OpenAI-compatible server.
+    pub sub: String,
+    /// The navigating (*root*) model: empty (or `offline`) for the heuristic navigator, or
+    /// `openai:MODEL`.
+    pub root: String,
+    /// Base URL of the OpenAI-compatible API, e.g. `http://127.0.0.1:8080/v1`. Empty: the
+    /// `OPENAI_BASE_URL` variable, else `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Base URL for the root model; empty = `base_url`.
+    pub root_base_url: String,
+    /// The environment variable holding the API key (a local server may need none).
+    pub api_key_env: String,
+    /// The key variable for the root model; empty = `api_key_env`.
+    pub root_api_key_env: String,
+    /// Time limit of one HTTP attempt, in milliseconds.
+    pub timeout_ms: u64,
+    /// Retries of an attempt that failed with 429, 5xx, a timeout or a broken connection.
+    pub retries: u32,
+    /// First retry delay in milliseconds (doubles each retry, with jitter).
+    pub backoff_ms: u64,
+    /// Longest retry delay, and longest `Retry-After` honoured, in milliseconds.
+    pub backoff_max_ms: u64,
+    /// Requests per minute across all model calls; 0 = unlimited.
+    pub rpm: u64,
+    /// Tokens per minute across all model calls; 0 = unlimited.
+    pub tpm: u64,
+    pub temperature: f64,
+    pub seed: i64,
+    /// Ask for JSON-schema constrained replies where structure is needed (navigation).
+    /// Turn off for servers that reject `response_format`; replies are then parsed
+    /// leniently and validated.
+    pub json_schema: bool,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            sub: "offline".into(),
+            root: String::new(),
+            base_url: String::new(),
+            root_base_url: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            root_api_key_env: String::new(),
+            timeout_ms: 60_000,
+            retries: 4,
+            backoff_ms: 500,
+            backoff_max_ms: 30_000,
+            rpm: 0,
+            tpm: 0,
+            temperature: 0.0,
+            seed: 42,
+            json_schema: true,
+        }
+    }
+}
+
+/// USD per million tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub prompt: f64,
+    pub completion: f64,
+}
+
+/// Prices per model name, for cost estimates. A `[prices]` table in the config file
+/// replaces the built-in one (OpenAI list prices); unknown models cost 0.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Prices(pub std::collections::BTreeMap<String, Price>);
+
+impl Default for Prices {
+    fn default() -> Self {
+        let list = [
+            ("gpt-4o-mini", 0.15, 0.60),
+            ("gpt-4o", 2.50, 10.00),
+            ("gpt-4.1", 2.00, 8.00),
+            ("gpt-4.1-mini", 0.40, 1.60),
+            ("gpt-4.1-nano", 0.10, 0.40),
+        ];
+        Prices(
+            list.into_iter()
+                .map(|(m, prompt, completion)| (m.to_string(), Price { prompt, completion }))
+                .collect(),
+        )
+    }
+}
+
+impl Prices {
+    /// The price of `model`: its own entry, else the longest entry it extends with a
+    /// dash (`gpt-4o-mini-2024-07-18` → `gpt-4o-mini`).
+    pub fn get(&self, model: &str) -> Option<Price> {
+        if let Some(p) = self.0.get(model) {
+            return Some(*p);
+        }
+        self.0
+            .iter()
+            .filter(|(k, _)| {
+                model
+                    .strip_prefix(k.as_str())
+                    .is_some_and(|rest| rest.starts_with('-'))
+            })
+            .max_by_key(|(k, _)| k.len())
+            .map(|(_, p)| *p)
+    }
+
+    /// Estimated cost in USD.
+    pub fn cost(&self, model: &str, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        self.get(model).map_or(0.0, |p| {
+            (prompt_tokens as f64 * p.prompt + completion_tokens as f64 * p.completion) / 1e6
+        })
     }
 }
 
@@ -188,6 +348,20 @@ impl Config {
         }
         if self.query.max_iterations == 0 || self.query.min_keep == 0 {
             return bad("query.max_iterations and query.min_keep must be at least 1");
+        }
+        crate::model::ModelSpec::parse(&self.model.sub)
+            .map_err(|e| Error::Config(format!("model.sub: {e}")))?;
+        crate::model::ModelSpec::parse(&self.model.root)
+            .map_err(|e| Error::Config(format!("model.root: {e}")))?;
+        if self.model.timeout_ms == 0 {
+            return bad("model.timeout_ms must be at least 1");
+        }
+        for (m, p) in &self.prices.0 {
+            if !(p.prompt >= 0.0 && p.completion >= 0.0) {
+                return Err(Error::Config(format!(
+                    "prices.{m}: prices must be non-negative numbers"
+                )));
+            }
         }
         Ok(())
     }

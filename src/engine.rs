@@ -8,7 +8,8 @@ use crate::context::{ContextWindow, LevelChoice};
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::level::Level;
-use crate::model::{Offline, SubModel};
+use crate::model::usage::metered;
+use crate::model::{ChatModel, Limiter, Meter, Models, Offline, SubModel, Usage};
 use crate::navigate::{Explorer, QueryResult};
 use crate::node::{Meta, Node, NodeId, Span, full_id};
 use crate::plan::Plan;
@@ -34,6 +35,15 @@ pub struct Engine {
     cfg: Config,
     model: Arc<dyn SubModel>,
     fallback: Arc<dyn SubModel>,
+    /// The navigating model; `None`: the offline navigator.
+    root: Option<Arc<dyn ChatModel>>,
+    /// Serves `partition_map` (the sub model when it can chat, else the root model).
+    helper: Option<Arc<dyn ChatModel>>,
+    /// Shared by every model client: one limit on concurrent calls, rates, backoff.
+    limiter: Arc<Limiter>,
+    /// Serialises writers of scope records (ingest, append, the end of a build). A std
+    /// Mutex: it is never held across an await.
+    write: std::sync::Mutex<()>,
 }
 
 /// What an ingest did.
@@ -48,6 +58,16 @@ pub struct IngestReport {
     pub unchanged: usize,
     pub removed: usize,
     pub chunks_written: usize,
+}
+
+/// A complete view of a scope (see [`Engine::view`]).
+#[derive(Clone, Debug)]
+pub struct View {
+    pub plan: Plan,
+    /// Levels of the view that lag behind the current sources (empty = fresh).
+    pub stale: Vec<Level>,
+    /// Sources ingested since the view was built.
+    pub pending_sources: usize,
 }
 
 /// One `grep` result.
@@ -101,31 +121,94 @@ impl Engine {
     pub fn open(dir: &Path, cfg: Config) -> Result<Engine> {
         let store = Store::open(dir)?;
         let (index, fresh) = Index::open(&dir.join("index"))?;
-        let e = Engine::from_parts(store, index, cfg);
+        let e = Engine::from_parts(store, index, cfg)?;
         if fresh && e.store.n_nodes() > 0 {
             tracing::info!("index missing: rebuilding it from the store");
             e.reindex(unix_now())?;
+        } else {
+            e.recover_index()?;
         }
         Ok(e)
     }
 
     /// An engine that lives in memory (tests, benchmarks).
     pub fn in_memory(cfg: Config) -> Result<Engine> {
-        Ok(Engine::from_parts(
-            Store::temporary()?,
-            Index::in_memory()?,
-            cfg,
-        ))
+        Engine::from_parts(Store::temporary()?, Index::in_memory()?, cfg)
     }
 
-    fn from_parts(store: Store, index: Index, cfg: Config) -> Engine {
-        Engine {
+    /// The models come from `cfg.model` (API keys from the variables it names).
+    fn from_parts(store: Store, index: Index, cfg: Config) -> Result<Engine> {
+        let models = Models::from_config(&cfg, &|k| std::env::var(k).ok())?;
+        Ok(Engine {
             store,
             index,
             cfg,
-            model: Arc::new(Offline),
+            model: models.sub,
             fallback: Arc::new(Offline),
+            root: models.root,
+            helper: models.helper,
+            limiter: models.limiter,
+            write: std::sync::Mutex::new(()),
+        })
+    }
+
+    /// Navigates with `root` (the LLM policy) instead of the offline navigator; `helper`
+    /// serves `partition_map` (default: `root`).
+    pub fn with_root(
+        mut self,
+        root: Arc<dyn ChatModel>,
+        helper: Option<Arc<dyn ChatModel>>,
+    ) -> Engine {
+        self.root = Some(root);
+        self.helper = helper;
+        self
+    }
+
+    /// The flow control every model client of this engine shares.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    /// Adds nodes to the index writer and records them as not yet committed, so a crash
+    /// before [`Engine::commit_index`] is repaired at the next open.
+    fn stage(&self, nodes: &[Node]) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
         }
+        self.store.mark_unindexed(nodes.iter().map(|n| n.id))?;
+        self.index.upsert(nodes)
+    }
+
+    /// Makes staged index writes durable and searchable. Appends leave this to the build
+    /// that follows them (a commit costs far more than an append); every other write path
+    /// commits before it returns.
+    pub fn commit_index(&self) -> Result<()> {
+        if self.store.has_unindexed() {
+            self.index.commit()?;
+            self.store.clear_unindexed()?;
+        }
+        Ok(())
+    }
+
+    /// Indexes nodes a crash left stored but uncommitted.
+    fn recover_index(&self) -> Result<()> {
+        let ids = self.store.unindexed()?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            n = ids.len(),
+            "indexing nodes an interrupted run left behind"
+        );
+        let mut nodes = Vec::new();
+        for id in ids {
+            if let Some(n) = self.store.get_node(&id)? {
+                nodes.push(n);
+            }
+        }
+        self.index.upsert(&nodes)?;
+        self.index.commit()?;
+        self.store.clear_unindexed()
     }
 
     /// Uses `model` for compression (the offline compressor stays the fallback).
@@ -221,6 +304,13 @@ impl Engine {
     /// Ingests already-validated inputs. For a debate file, turns of an earlier version of
     /// the same file that are gone now are removed.
     pub fn ingest(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
+        let _w = self.write.lock().expect("write lock poisoned");
+        let r = self.ingest_locked(scope, files, now)?;
+        self.commit_index()?;
+        Ok(r)
+    }
+
+    fn ingest_locked(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
         let kind = files.first().map(|f| f.kind).unwrap_or(ScopeKind::Doc);
         let mut rec = match self.store.get_scope(scope)? {
             Some(r) if r.kind != kind => {
@@ -236,7 +326,6 @@ impl Engine {
                 kind,
                 sources: Vec::new(),
                 next_seq: 0,
-                index_dirty: false,
                 created_at: now,
                 updated_at: now,
             },
@@ -247,9 +336,6 @@ impl Engine {
             files: files.len(),
             ..Default::default()
         };
-        // Crash safety: the index may lag the store until the commit below.
-        rec.index_dirty = true;
-        self.store.put_scope(&rec)?;
         let mut to_index: Vec<Node> = Vec::new();
         let mut to_unindex: Vec<NodeId> = Vec::new();
         for f in files {
@@ -281,9 +367,7 @@ impl Engine {
             }
         }
         self.index.delete(&to_unindex)?;
-        self.index.upsert(&to_index)?;
-        self.index.commit()?;
-        rec.index_dirty = false;
+        self.stage(&to_index)?;
         rec.updated_at = now;
         sort_sources(&mut rec);
         self.store.put_scope(&rec)?;
@@ -437,6 +521,31 @@ impl Engine {
 
     // ---------------------------------------------------------------- build
 
+    /// Appends one debate turn under a fresh source id (`scope#turn-N`), creating the debate
+    /// if needed. Safe to call concurrently: appends are serialised and none is lost. The
+    /// turn is durable on return; it becomes searchable with the next build (which a
+    /// context or query request runs on demand).
+    pub fn append(
+        &self,
+        scope: &str,
+        turn: source::Turn,
+        now: u64,
+    ) -> Result<(IngestReport, String)> {
+        validate_scope_name(scope)?;
+        let _w = self.write.lock().expect("write lock poisoned");
+        let next = self.store.get_scope(scope)?.map_or(0, |r| r.next_seq);
+        let id = format!("{scope}#turn-{}", next + 1);
+        let input = source::turn_input(id.clone(), turn)?;
+        let bytes = input.text.len() as u64;
+        let file = InputFile {
+            path: PathBuf::from(""),
+            kind: ScopeKind::Debate,
+            sources: vec![input],
+            bytes,
+        };
+        Ok((self.ingest_locked(scope, &[file], now)?, id))
+    }
+
     /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
     /// cache hits: an unchanged scope makes zero compressor calls.
     pub async fn compress(
@@ -445,9 +554,35 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<BuildReport> {
-        let mut rec = self.scope(scope)?;
+        self.compress_with(scope, now, None, progress).await
+    }
+
+    /// [`Engine::compress`], also rebuilding nodes that expire before `refresh_before`
+    /// (warming: a busy scope is refreshed before its levels expire).
+    pub async fn compress_with(
+        &self,
+        scope: &str,
+        now: u64,
+        refresh_before: Option<u64>,
+        progress: &dyn Progress,
+    ) -> Result<BuildReport> {
+        Ok(self
+            .build_plan(scope, now, refresh_before, progress)
+            .await?
+            .0)
+    }
+
+    /// Builds the current tree of `scope`; returns the report and the tree it built (which
+    /// a concurrent append may already have superseded).
+    async fn build_plan(
+        &self,
+        scope: &str,
+        now: u64,
+        refresh_before: Option<u64>,
+        progress: &dyn Progress,
+    ) -> Result<(BuildReport, Plan)> {
+        let rec = self.scope(scope)?;
         let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
-        let was_dirty = rec.index_dirty;
         let builder = Builder {
             store: &self.store,
             plan: &plan,
@@ -455,33 +590,76 @@ impl Engine {
             fallback: self.fallback.as_ref(),
             cfg: &self.cfg,
             now,
+            refresh_before,
             progress,
         };
         let (mut report, built) = builder.run().await?;
-        if was_dirty {
-            // An earlier run stopped between the store and the index: redo the scope.
-            self.index.delete_scope(scope)?;
-            let mut nodes = Vec::new();
-            for id in plan.all_ids() {
-                if let Some(n) = self.store.get_live(&id, now)? {
-                    nodes.push(n);
-                }
-            }
-            report.indexed = nodes.len();
-            self.index.upsert(&nodes)?;
-        } else {
-            report.indexed = built.len();
-            self.index.upsert(&built)?;
-        }
-        if was_dirty || !built.is_empty() {
-            self.index.commit()?;
-        }
-        if was_dirty {
-            rec.index_dirty = false;
-            self.store.put_scope(&rec)?;
+        report.indexed = built.len();
+        self.stage(&built)?;
+        self.commit_index()?;
+        if report.failures.is_empty() {
+            // The newest complete view, served while a later build is still running.
+            self.store.put_view(scope, &plan)?;
         }
         self.store.flush()?;
-        Ok(report)
+        Ok((report, plan))
+    }
+
+    /// The newest complete view of `scope` without building anything: the current tree if
+    /// every node of it is live, else the last complete build's tree (if still live), with
+    /// the levels that lag the sources. `None` when neither is complete (build first).
+    pub fn view(&self, scope: &str, now: u64) -> Result<Option<View>> {
+        let current = self.plan(scope)?;
+        if self.is_complete(&current, now)? {
+            return Ok(Some(View {
+                plan: current,
+                stale: Vec::new(),
+                pending_sources: 0,
+            }));
+        }
+        let Some(snap) = self.store.get_view::<Plan>(scope)? else {
+            return Ok(None);
+        };
+        if snap.compressor != current.compressor || !self.is_complete(&snap, now)? {
+            return Ok(None);
+        }
+        let ids = |p: &Plan, l: Level| -> Vec<NodeId> {
+            match l {
+                Level::Full => p.chunks.iter().map(|c| c.full).collect(),
+                Level::Detailed => p.chunks.iter().map(|c| c.detailed).collect(),
+                Level::Summary => p.groups.iter().map(|g| g.summary).collect(),
+                Level::Abstract => vec![p.abstract_id],
+                Level::Metadata => {
+                    let mut v: Vec<NodeId> = p.metadata.values().copied().collect();
+                    v.sort();
+                    v
+                }
+            }
+        };
+        let stale = Level::ALL
+            .into_iter()
+            .filter(|&l| ids(&snap, l) != ids(&current, l))
+            .collect();
+        let known: HashSet<&str> = snap.sources.iter().map(|s| s.id.as_str()).collect();
+        let pending_sources = current
+            .sources
+            .iter()
+            .filter(|s| !known.contains(s.id.as_str()))
+            .count();
+        Ok(Some(View {
+            plan: snap,
+            stale,
+            pending_sources,
+        }))
+    }
+
+    fn is_complete(&self, plan: &Plan, now: u64) -> Result<bool> {
+        for id in plan.all_ids() {
+            if !self.store.contains_live(&id, now)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Makes sure every node of `scope`'s tree is live, building what is missing or
@@ -493,18 +671,11 @@ impl Engine {
         progress: &dyn Progress,
     ) -> Result<(Plan, Option<BuildReport>)> {
         let plan = self.plan(scope)?;
-        let mut complete = true;
-        for id in plan.all_ids() {
-            if !self.store.contains_live(&id, now)? {
-                complete = false;
-                break;
-            }
-        }
-        if complete && !self.scope(scope)?.index_dirty {
+        if self.is_complete(&plan, now)? {
             return Ok((plan, None));
         }
-        let report = self.compress(scope, now, progress).await?;
-        Ok((self.plan(scope)?, Some(report)))
+        let (report, built) = self.build_plan(scope, now, None, progress).await?;
+        Ok((built, Some(report)))
     }
 
     /// A live node of `plan`, or a clear error when the build could not make it.
@@ -550,24 +721,53 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<QueryResult> {
+        self.query_with(scopes, question, &self.cfg.query, now, progress)
+            .await
+    }
+
+    /// [`Engine::query`] with per-request navigator settings (iterations, start level...).
+    pub async fn query_with(
+        &self,
+        scopes: &[String],
+        question: &str,
+        qcfg: &crate::config::QueryConfig,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<QueryResult> {
         if question.trim().is_empty() {
             return Err(Error::invalid("the question is empty"));
         }
-        let names = if scopes.is_empty() {
-            let all = self.scope_names()?;
-            if all.is_empty() {
-                return Err(Error::invalid("no scopes yet: run `strata ingest` first"));
+        let t0 = std::time::Instant::now();
+        let meter = Arc::new(Meter::default());
+        let mut r = metered(meter.clone(), async {
+            let names = if scopes.is_empty() {
+                let all = self.scope_names()?;
+                if all.is_empty() {
+                    return Err(Error::invalid("no scopes yet: run `strata ingest` first"));
+                }
+                all
+            } else {
+                scopes.to_vec()
+            };
+            let mut plans = Vec::with_capacity(names.len());
+            for s in &names {
+                plans.push(self.ensure_built(s, now, progress).await?.0);
             }
-            all
-        } else {
-            scopes.to_vec()
-        };
-        let mut plans = Vec::with_capacity(names.len());
-        for s in &names {
-            plans.push(self.ensure_built(s, now, progress).await?.0);
-        }
-        let explorer = Explorer::new(self, plans, self.cfg.query.clone(), now);
-        crate::navigate::offline(explorer, question)
+            let explorer = Explorer::new(self, plans, qcfg.clone(), now);
+            match &self.root {
+                Some(root) => {
+                    let helper = self.helper.as_deref().unwrap_or(root.as_ref());
+                    crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
+                }
+                None => crate::navigate::offline(explorer, question),
+            }
+        })
+        .await?;
+        let (invalid, fallbacks) = (r.usage.invalid_outputs, r.usage.fallbacks);
+        r.usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());
+        r.usage.invalid_outputs = invalid;
+        r.usage.fallbacks = fallbacks;
+        Ok(r)
     }
 
     /// BM25 search over the current trees of `scopes` (all when empty) at `levels` (all
@@ -621,28 +821,34 @@ impl Engine {
 
     // ---------------------------------------------------------------- maintenance
 
+    /// Sizes and freshness of one scope's current tree.
+    pub fn scope_stats(&self, scope: &str, now: u64) -> Result<ScopeStats> {
+        let rec = self.scope(scope)?;
+        let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
+        let mut live = [0usize; 5];
+        let mut stale = 0;
+        for id in plan.all_ids() {
+            match self.store.get_live(&id, now)? {
+                Some(n) => live[n.level.as_u8() as usize] += 1,
+                None => stale += 1,
+            }
+        }
+        Ok(ScopeStats {
+            scope: rec.name.clone(),
+            kind: rec.kind,
+            sources: plan.sources.len(),
+            chunks: plan.chunks.len(),
+            groups: plan.groups.len(),
+            full_tokens: plan.full_tokens,
+            live_by_level: live,
+            stale,
+        })
+    }
+
     pub fn stats(&self, now: u64) -> Result<Stats> {
         let mut scopes = Vec::new();
-        for rec in self.store.scopes()? {
-            let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
-            let mut live = [0usize; 5];
-            let mut stale = 0;
-            for id in plan.all_ids() {
-                match self.store.get_live(&id, now)? {
-                    Some(n) => live[n.level.as_u8() as usize] += 1,
-                    None => stale += 1,
-                }
-            }
-            scopes.push(ScopeStats {
-                scope: rec.name.clone(),
-                kind: rec.kind,
-                sources: plan.sources.len(),
-                chunks: plan.chunks.len(),
-                groups: plan.groups.len(),
-                full_tokens: plan.full_tokens,
-                live_by_level: live,
-                stale,
-            });
+        for name in self.scope_names()? {
+            scopes.push(self.scope_stats(&name, now)?);
         }
         Ok(Stats {
             scopes,
@@ -663,6 +869,10 @@ impl Engine {
         for rec in self.store.scopes()? {
             let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
             reachable.extend(plan.all_ids());
+            // The last complete view is still being served while a build runs.
+            if let Some(view) = self.store.get_view::<Plan>(&rec.name)? {
+                reachable.extend(view.all_ids());
+            }
         }
         let mut unreachable = Vec::new();
         for id in self.store.node_ids() {
@@ -691,7 +901,7 @@ impl Engine {
     pub fn reindex(&self, now: u64) -> Result<usize> {
         self.index.delete_all()?;
         let mut n = 0;
-        for mut rec in self.store.scopes()? {
+        for rec in self.store.scopes()? {
             let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
             let mut batch = Vec::new();
             for id in plan.all_ids() {
@@ -706,12 +916,9 @@ impl Engine {
             }
             n += batch.len();
             self.index.upsert(&batch)?;
-            if rec.index_dirty {
-                rec.index_dirty = false;
-                self.store.put_scope(&rec)?;
-            }
         }
         self.index.commit()?;
+        self.store.clear_unindexed()?;
         Ok(n)
     }
 }

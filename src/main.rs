@@ -26,6 +26,15 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Compression (sub) model: `offline` or `openai:MODEL` (sets model.sub).
+    #[arg(long, global = true, value_name = "MODEL")]
+    model: Option<String>,
+    /// Navigating (root) model: `openai:MODEL`, or `offline` (sets model.root).
+    #[arg(long, global = true, value_name = "MODEL")]
+    root_model: Option<String>,
+    /// An OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1 (sets model.base_url).
+    #[arg(long, global = true, value_name = "URL")]
+    base_url: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -80,6 +89,12 @@ enum Cmd {
         limit: usize,
         pattern: String,
     },
+    /// Serve the HTTP API (debates, documents, jobs, /metrics, /healthz) until SIGINT/SIGTERM.
+    Serve {
+        /// Address to listen on (default: server.addr, 127.0.0.1:7878).
+        #[arg(long)]
+        addr: Option<String>,
+    },
     /// Scopes, levels, nodes, index and disk usage.
     Stats,
     /// Remove expired and unreachable nodes.
@@ -122,7 +137,17 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let cfg = Config::load(cli.config.as_deref(), env)?;
+    let mut cfg = Config::load(cli.config.as_deref(), env)?;
+    if let Some(m) = cli.model {
+        cfg.model.sub = m;
+    }
+    if let Some(m) = cli.root_model {
+        cfg.model.root = m;
+    }
+    if let Some(u) = cli.base_url {
+        cfg.model.base_url = u;
+    }
+    cfg.validate()?;
     let engine = Engine::open(&cli.db, cfg)
         .with_context(|| format!("cannot open the store at {}", cli.db.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -182,6 +207,16 @@ fn run(cli: Cli) -> Result<()> {
                     r.fallbacks,
                     r.elapsed_ms as f64 / 1000.0
                 );
+                if r.fallbacks > 0 {
+                    out!(
+                        "  model outputs rejected: {} empty, {} over budget, {} unfaithful, {} failed calls",
+                        r.empty,
+                        r.over_budget,
+                        r.unfaithful,
+                        r.model_errors
+                    );
+                }
+                print_usage(&r.usage)?;
                 for f in &r.failures {
                     eprintln!("  failed: {} ({}): {}", f.what, f.level, f.error);
                 }
@@ -263,6 +298,7 @@ fn run(cli: Cli) -> Result<()> {
                     r.tokens_processed,
                     r.sub_calls_made
                 );
+                print_usage(&r.usage)?;
             }
         }
         Cmd::Grep {
@@ -299,6 +335,22 @@ fn run(cli: Cli) -> Result<()> {
                     out!("no match");
                 }
             }
+        }
+        Cmd::Serve { addr } => {
+            let addr = addr.unwrap_or_else(|| engine.config().server.addr.clone());
+            let engine = std::sync::Arc::new(engine);
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr}"))?;
+                eprintln!(
+                    "strata serving on http://{} (Ctrl-C to stop)",
+                    listener.local_addr()?
+                );
+                strata::server::run(engine, listener, shutdown_signal()).await?;
+                eprintln!("strata stopped");
+                anyhow::Ok(())
+            })?;
         }
         Cmd::Stats => {
             let s = engine.stats(now)?;
@@ -357,6 +409,43 @@ fn run(cli: Cli) -> Result<()> {
                 out!("indexed {n} nodes");
             }
         }
+    }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// One line per model that was called: calls, tokens, estimated cost.
+fn print_usage(u: &strata::Usage) -> Result<()> {
+    for (name, m) in &u.by_model {
+        out!(
+            "  {name}: {} call(s) ({} retries), {} prompt + {} completion tokens, ~${:.4}",
+            m.calls,
+            m.retries,
+            m.prompt_tokens,
+            m.completion_tokens,
+            m.cost_usd
+        );
     }
     Ok(())
 }

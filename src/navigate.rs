@@ -15,6 +15,8 @@ use crate::text;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
+pub mod llm;
+
 /// One cited source span. `quote == source_text[start..end]`, always.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Citation {
@@ -45,6 +47,8 @@ pub struct QueryResult {
     pub sub_calls_made: u32,
     pub tokens_processed: u64,
     pub trajectory: Vec<Step>,
+    /// Model calls, tokens and cost of this query (builds it triggered included).
+    pub usage: crate::model::Usage,
 }
 
 /// Where a node sits in the plans being explored.
@@ -333,6 +337,7 @@ impl<'a> Explorer<'a> {
             sub_calls_made: self.sub_calls,
             tokens_processed: self.tokens,
             trajectory: self.trajectory,
+            usage: Default::default(),
         })
     }
 }
@@ -402,7 +407,9 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         );
     }
     let top: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
-    ex.peek(&top)?;
+    if cfg.start_level == Level::Abstract {
+        ex.peek(&top)?;
+    }
 
     // 2. Which groups? Evidence from every level beneath, mapped to its group.
     let summaries = ex.descend(&top);

@@ -8,19 +8,20 @@ use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::node::{NodeId, derived_id};
 use crate::store::{ScopeKind, ScopeRecord, Store};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// Identity of the METADATA extractor (always the offline tagger).
 pub const TAGS_VERSION: &str = "offline-tags-v1";
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PlannedSource {
     pub id: String,
     pub round: Option<u32>,
     pub speaker: Option<String>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PlannedChunk {
     pub full: NodeId,
     pub detailed: NodeId,
@@ -32,7 +33,7 @@ pub struct PlannedChunk {
     pub group: usize,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PlannedGroup {
     pub summary: NodeId,
     /// Indices into [`Plan::chunks`], in order.
@@ -43,7 +44,7 @@ pub struct PlannedGroup {
     pub full_tokens: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Plan {
     pub scope: String,
     pub kind: ScopeKind,

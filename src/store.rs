@@ -51,9 +51,6 @@ pub struct ScopeRecord {
     /// Sources in scope order (documents: ingestion order; debates: by round, then arrival).
     pub sources: Vec<SourceEntry>,
     pub next_seq: u64,
-    /// Set while the index may lag the store for this scope (a build in progress or
-    /// interrupted); the next build reindexes the scope.
-    pub index_dirty: bool,
     pub created_at: u64,
     pub updated_at: u64,
 }
@@ -99,9 +96,15 @@ pub struct Store {
     db: sled::Db,
     nodes: sled::Tree,
     expiry: sled::Tree,
+    /// node id → big-endian deadline (`u64::MAX` = never): liveness without decoding nodes.
+    deadlines: sled::Tree,
     sources: sled::Tree,
     texts: sled::Tree,
     scopes: sled::Tree,
+    views: sled::Tree,
+    jobs: sled::Tree,
+    /// Ids of nodes written to the index but not yet committed there.
+    unindexed: sled::Tree,
     /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
     pub(crate) expiry_changed: Arc<Notify>,
     earliest: Arc<AtomicU64>,
@@ -191,9 +194,13 @@ impl Store {
         let s = Store {
             nodes: db.open_tree("nodes")?,
             expiry: db.open_tree("expiry")?,
+            deadlines: db.open_tree("deadlines")?,
             sources: db.open_tree("sources")?,
             texts: db.open_tree("texts")?,
             scopes: db.open_tree("scopes")?,
+            views: db.open_tree("views")?,
+            jobs: db.open_tree("jobs")?,
+            unindexed: db.open_tree("unindexed")?,
             db,
             expiry_changed: Arc::new(Notify::new()),
             earliest: Arc::new(AtomicU64::new(u64::MAX)),
@@ -207,12 +214,14 @@ impl Store {
     pub fn put_node(&self, node: &Node) -> Result<()> {
         let value = encode(node)?;
         let old = self.get_node(&node.id)?;
-        (&self.nodes, &self.expiry)
-            .transaction(|(nodes, expiry)| {
+        let deadline = node.expires_at.unwrap_or(u64::MAX).to_be_bytes();
+        (&self.nodes, &self.expiry, &self.deadlines)
+            .transaction(|(nodes, expiry, deadlines)| {
                 if let Some(old_at) = old.as_ref().and_then(|o| o.expires_at) {
                     expiry.remove(&expiry_key(old_at, &node.id)[..])?;
                 }
                 nodes.insert(&node.id.0[..], value.as_slice())?;
+                deadlines.insert(&node.id.0[..], &deadline[..])?;
                 if let Some(at) = node.expires_at {
                     expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
                 }
@@ -245,8 +254,17 @@ impl Store {
         Ok(self.get_node(id)?.filter(|n| n.is_live(now)))
     }
 
+    /// Whether a live node exists, without reading the node itself.
     pub fn contains_live(&self, id: &NodeId, now: u64) -> Result<bool> {
-        self.get_live(id, now).map(|n| n.is_some())
+        Ok(match self.deadlines.get(id.0)? {
+            Some(v) => {
+                let b: [u8; 8] = v.as_ref().try_into().map_err(|_| {
+                    Error::DataCorruption(format!("deadline of {id} is not 8 bytes"))
+                })?;
+                u64::from_be_bytes(b) > now
+            }
+            None => false,
+        })
     }
 
     pub fn remove_node(&self, id: &NodeId) -> Result<bool> {
@@ -257,6 +275,7 @@ impl Store {
             self.expiry.remove(expiry_key(at, id))?;
         }
         self.nodes.remove(id.0)?;
+        self.deadlines.remove(id.0)?;
         Ok(true)
     }
 
@@ -276,6 +295,7 @@ impl Store {
                 && !n.is_live(now)
             {
                 self.nodes.remove(id.0)?;
+                self.deadlines.remove(id.0)?;
                 removed.push(id);
             }
         }
@@ -371,6 +391,87 @@ impl Store {
         self.sources.remove(&key)?;
         self.texts.remove(&key)?;
         Ok(())
+    }
+
+    // ---- nodes staged for the index but not committed there ----
+
+    pub fn mark_unindexed(&self, ids: impl IntoIterator<Item = NodeId>) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for id in ids {
+            batch.insert(&id.0[..], &[][..]);
+        }
+        self.unindexed.apply_batch(batch)?;
+        Ok(())
+    }
+
+    pub fn has_unindexed(&self) -> bool {
+        !self.unindexed.is_empty()
+    }
+
+    pub fn unindexed(&self) -> Result<Vec<NodeId>> {
+        self.unindexed
+            .iter()
+            .keys()
+            .map(|k| {
+                let k = k?;
+                let arr: [u8; 32] = k
+                    .as_ref()
+                    .try_into()
+                    .map_err(|_| Error::DataCorruption("unindexed key is not 32 bytes".into()))?;
+                Ok(NodeId(arr))
+            })
+            .collect()
+    }
+
+    pub fn clear_unindexed(&self) -> Result<()> {
+        self.unindexed.clear()?;
+        Ok(())
+    }
+
+    // ---- views: the last complete tree of each scope ----
+
+    pub fn put_view<T: Serialize>(&self, scope: &str, view: &T) -> Result<()> {
+        self.views.insert(scope.as_bytes(), encode(view)?)?;
+        Ok(())
+    }
+
+    pub fn get_view<T: DeserializeOwned>(&self, scope: &str) -> Result<Option<T>> {
+        match self.views.get(scope.as_bytes())? {
+            Some(v) => Ok(Some(decode(&format!("view of {scope}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    // ---- jobs: the background queue, surviving restarts ----
+
+    pub fn next_job_id(&self) -> Result<u64> {
+        Ok(self.db.generate_id()? + 1)
+    }
+
+    pub fn put_job<T: Serialize>(&self, id: u64, job: &T) -> Result<()> {
+        self.jobs.insert(id.to_be_bytes(), encode(job)?)?;
+        Ok(())
+    }
+
+    pub fn get_job<T: DeserializeOwned>(&self, id: u64) -> Result<Option<T>> {
+        match self.jobs.get(id.to_be_bytes())? {
+            Some(v) => Ok(Some(decode(&format!("job {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn remove_job(&self, id: u64) -> Result<()> {
+        self.jobs.remove(id.to_be_bytes())?;
+        Ok(())
+    }
+
+    /// Every job, oldest first.
+    pub fn jobs<T: DeserializeOwned>(&self) -> Result<Vec<T>> {
+        self.jobs
+            .iter()
+            .values()
+            .map(|v| decode("job", &v?))
+            .collect()
     }
 
     /// Durably writes everything to disk.

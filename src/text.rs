@@ -221,7 +221,8 @@ pub fn is_stopword(w: &str) -> bool {
 pub fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.unicode_words().filter_map(|w| {
         let lw = w.to_lowercase();
-        if lw.chars().count() < 2 || is_stopword(&lw) {
+        let digit = lw.chars().all(|c| c.is_ascii_digit());
+        if (lw.chars().count() < 2 && !digit) || is_stopword(&lw) {
             None
         } else {
             Some(lw)

@@ -1,13 +1,23 @@
 //! The sub-model seam. Every compressor — the offline extractive one, a real LLM — implements
 //! [`SubModel`], so the build never knows which one it is talking to.
 
+pub mod limit;
 pub mod offline;
+pub mod openai;
+pub mod prompts;
+pub mod usage;
 
+use crate::config::Config;
+use crate::error::{Error, Result};
 use crate::level::Level;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
+pub use limit::{LimitConfig, Limiter};
 pub use offline::Offline;
+pub use openai::OpenAi;
+pub use usage::{Meter, ModelUsage, Usage};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -39,6 +49,8 @@ pub enum ModelError {
     Timeout,
     #[error("unusable output: {0}")]
     BadOutput(String),
+    #[error("the reply was cut off at its token limit (over budget)")]
+    Truncated,
     #[error("{0}")]
     Failed(String),
 }
@@ -57,6 +69,141 @@ pub trait SubModel: Send + Sync {
 
     /// Produces the compressed text. Output is untrusted: the caller validates it.
     fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>>;
+
+    /// Whether the model's calls already pass the engine's shared [`Limiter`] (the
+    /// OpenAI-compatible client does, so compression and navigation share one limit). The
+    /// build applies `build.concurrency` itself to models that do not.
+    fn self_limited(&self) -> bool {
+        false
+    }
+}
+
+/// One prompt for a chat model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatRequest {
+    pub system: String,
+    pub user: String,
+    /// A JSON schema the reply must follow (`name`, schema), where the server supports
+    /// constrained output. The reply is parsed and validated either way.
+    pub schema: Option<(String, serde_json::Value)>,
+    /// Upper bound on the reply's length, in the model's tokens.
+    pub max_tokens: u32,
+}
+
+/// A chat model's reply.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatReply {
+    pub text: String,
+    /// The reply stopped at `max_tokens`.
+    pub truncated: bool,
+}
+
+/// A model that follows instructions: the navigator's *root* model, and the *sub* model
+/// when the navigator fans out `partition_map` calls. Output is untrusted.
+pub trait ChatModel: Send + Sync {
+    fn identity(&self) -> String;
+    fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatReply, ModelError>>;
+}
+
+/// A model named in the configuration: `offline`, or `openai:NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSpec {
+    Offline,
+    OpenAi(String),
+}
+
+impl ModelSpec {
+    /// Parses a spec; empty means offline.
+    pub fn parse(s: &str) -> Result<ModelSpec, String> {
+        let s = s.trim();
+        if s.is_empty() || s == "offline" {
+            return Ok(ModelSpec::Offline);
+        }
+        match s.split_once(':') {
+            Some(("openai", name)) if !name.trim().is_empty() => {
+                Ok(ModelSpec::OpenAi(name.trim().to_string()))
+            }
+            _ => Err(format!(
+                "unknown model `{s}`: expected `offline` or `openai:MODEL` (any OpenAI-compatible server)"
+            )),
+        }
+    }
+}
+
+/// The models an engine works with, built from [`Config::model`].
+#[derive(Clone)]
+pub struct Models {
+    /// Compresses (the offline compressor unless configured).
+    pub sub: Arc<dyn SubModel>,
+    /// The sub model as a chat model, for `partition_map` (none when offline).
+    pub helper: Option<Arc<dyn ChatModel>>,
+    /// Navigates (none: the offline navigator).
+    pub root: Option<Arc<dyn ChatModel>>,
+    /// Shared by every client above.
+    pub limiter: Arc<Limiter>,
+}
+
+impl Models {
+    /// The models `cfg` names. API keys are read from the variables `cfg` names, through
+    /// `env` (the process environment in production).
+    pub fn from_config(cfg: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<Models> {
+        let m = &cfg.model;
+        let limiter = Arc::new(Limiter::new(LimitConfig {
+            concurrency: cfg.build.concurrency,
+            rpm: m.rpm,
+            tpm: m.tpm,
+            timeout: std::time::Duration::from_millis(m.timeout_ms),
+            retries: m.retries,
+            backoff: std::time::Duration::from_millis(m.backoff_ms),
+            backoff_max: std::time::Duration::from_millis(m.backoff_max_ms),
+        }));
+        let client = |name: String, base: &str, key_env: &str| -> Arc<OpenAi> {
+            let key = (!key_env.is_empty()).then(|| env(key_env)).flatten();
+            let base = match base.trim() {
+                "" => env("OPENAI_BASE_URL")
+                    .filter(|b| !b.trim().is_empty())
+                    .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
+                b => b.to_string(),
+            };
+            Arc::new(OpenAi::new(
+                openai::Settings::from_config(name, base, key, m),
+                limiter.clone(),
+            ))
+        };
+        let spec = |s: &str, what: &str| {
+            ModelSpec::parse(s).map_err(|e| Error::Config(format!("model.{what}: {e}")))
+        };
+        let (sub, helper): (Arc<dyn SubModel>, Option<Arc<dyn ChatModel>>) =
+            match spec(&m.sub, "sub")? {
+                ModelSpec::Offline => (Arc::new(Offline), None),
+                ModelSpec::OpenAi(name) => {
+                    let c = client(name, &m.base_url, &m.api_key_env);
+                    (c.clone(), Some(c))
+                }
+            };
+        let root: Option<Arc<dyn ChatModel>> = match spec(&m.root, "root")? {
+            ModelSpec::Offline => None,
+            ModelSpec::OpenAi(name) => {
+                let base = if m.root_base_url.is_empty() {
+                    &m.base_url
+                } else {
+                    &m.root_base_url
+                };
+                let key_env = if m.root_api_key_env.is_empty() {
+                    &m.api_key_env
+                } else {
+                    &m.root_api_key_env
+                };
+                Some(client(name, base, key_env))
+            }
+        };
+        Ok(Models {
+            sub,
+            helper,
+            root,
+            limiter,
+        })
+    }
 }
 
 /// Runs CPU-bound work on rayon's pool and awaits it without blocking the async executor.

@@ -80,9 +80,13 @@ fn cli_end_to_end_with_json() {
             "refinement_history",
             "sub_calls_made",
             "tokens_processed",
-            "trajectory"
+            "trajectory",
+            "usage"
         ]
     );
+    // The offline navigator calls no model.
+    assert_eq!(v["usage"]["calls"], 0);
+    assert!(v["usage"]["by_model"].as_object().unwrap().is_empty());
     let c = &v["citations"][0];
     let mut ck: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
     ck.sort();
@@ -128,6 +132,10 @@ fn cli_errors_are_one_line_with_nonzero_exit() {
         (
             vec!["query", "--scope", "nope", "anything"],
             "unknown scope",
+        ),
+        (
+            vec!["--model", "gpt-4o", "stats"],
+            "model.sub: unknown model `gpt-4o`",
         ),
     ] {
         let (code, out, err) = strata(&db, &args);

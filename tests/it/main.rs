@@ -2,7 +2,9 @@
 
 mod bad_input;
 mod cli;
+mod openai;
 mod pipeline;
 mod props;
+mod server;
 mod support;
 mod ttl;

@@ -98,6 +98,7 @@ proptest! {
                 Op::Get(k, now) => {
                     let got = store.get_live(&NodeId([k; 32]), now).unwrap();
                     let want = model.get(&k).filter(|n| n.is_live(now)).cloned();
+                    prop_assert_eq!(store.contains_live(&NodeId([k; 32]), now).unwrap(), want.is_some());
                     prop_assert_eq!(got, want);
                 }
                 Op::Sweep(now) => {

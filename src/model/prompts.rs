@@ -1,0 +1,237 @@
+//! The prompts strata sends to chat models, in one place and versioned.
+//!
+//! [`VERSION`] covers the compression prompts. It is part of the OpenAI-compatible
+//! client's identity, which is part of every node id it produces: editing a compression
+//! prompt without bumping it would serve nodes made by the old prompt as if the new one
+//! had made them. The navigation prompts make no nodes; [`NAV_VERSION`] is reported in
+//! query trajectories so answers can be traced to the prompt that produced them.
+//!
+//! METADATA is not made by a model: tags come from the offline tagger
+//! (`plan::TAGS_VERSION`), so routing never depends on a model's JSON.
+
+use super::{ChatRequest, CompressRequest};
+use crate::level::Level;
+use serde_json::json;
+
+/// Version of the compression prompts (part of every node id a chat model makes).
+pub const VERSION: &str = "prompts-v1";
+
+/// Version of the navigation prompts.
+pub const NAV_VERSION: &str = "nav-v1";
+
+const COMPRESS_SYSTEM: &str = "You compress text for a retrieval system. Rules:\n\
+- Use only what the input states. Never add facts, opinions, commentary or outside knowledge.\n\
+- Copy every number, amount, percentage, date and name exactly as written in the input.\n\
+- Passages may be labelled with a speaker and a round. Keep who said what and in which round: \
+each speaker's position, the evidence and numbers they cited, changes of position, \
+agreement and dissent. Never attribute a claim to the wrong speaker.\n\
+- Reply with the compressed text only: no preamble, no title, no markdown, no bullet symbols.";
+
+/// The prompt for compressing `req` to its level's budget.
+pub fn compress(req: &CompressRequest) -> ChatRequest {
+    // English runs ~0.75 words per token; ask for a little less so the reply fits.
+    let words = ((req.target_tokens as f64) * 0.7).floor().max(5.0) as usize;
+    let debate = req
+        .passages
+        .iter()
+        .any(|p| p.label.as_deref().is_some_and(|l| !l.is_empty()));
+    let task = match req.level {
+        Level::Detailed | Level::Full => format!(
+            "Rewrite the passage below in at most {words} words. Keep every fact: numbers, \
+             dates, names, amounts, claims and the reasons given for them. Drop only \
+             repetition and filler.{}",
+            if debate {
+                " Start with the speaker's name, as in the label, and keep their stance."
+            } else {
+                ""
+            }
+        ),
+        Level::Summary => format!(
+            "Summarise the passages below in at most {words} words.{}",
+            if debate {
+                " For each speaker, in order: the position they took, the evidence and \
+                 numbers they cited, and where they agreed or disagreed with the others. \
+                 Name the round."
+            } else {
+                " Give the main points and the key facts in their original order."
+            }
+        ),
+        Level::Abstract | Level::Metadata => format!(
+            "The passages below summarise the parts of one body of text, in order. Write an \
+             abstract of the whole in at most {words} words: what it is about, the main \
+             positions or points and how they developed, the key numbers, the outcome, and \
+             any dissent that remains."
+        ),
+    };
+    let mut user = task;
+    user.push_str("\n\n");
+    for p in &req.passages {
+        match &p.label {
+            Some(l) => user.push_str(&format!("<passage label=\"{}\">\n", l.replace('"', "'"))),
+            None => user.push_str("<passage>\n"),
+        }
+        user.push_str(p.text.trim());
+        user.push_str("\n</passage>\n");
+    }
+    let t = req.target_tokens as u32;
+    ChatRequest {
+        system: COMPRESS_SYSTEM.to_string(),
+        user,
+        schema: None,
+        // Room to overshoot a little: the build rejects what is over budget, which beats
+        // a reply cut off mid-sentence.
+        max_tokens: t + t / 2 + 32,
+    }
+}
+
+const INTENT_SYSTEM: &str = "You turn a question into a search intent. Reply with one JSON \
+object: {\"entity\": the person, group, document or thing asked about (\"\" if none), \
+\"attribute\": what is asked about it, \"output_type\": one of number, date, name, list, \
+yes_no, text, \"keywords\": 2 to 6 search words from the question}.";
+
+/// The one-off prompt that freezes a question into an intent.
+pub fn intent(question: &str) -> ChatRequest {
+    ChatRequest {
+        system: INTENT_SYSTEM.to_string(),
+        user: format!("Question: {question}"),
+        schema: Some(("intent".into(), intent_schema())),
+        max_tokens: 200,
+    }
+}
+
+fn intent_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "entity": {"type": "string"},
+            "attribute": {"type": "string"},
+            "output_type": {
+                "type": "string",
+                "enum": ["number", "date", "name", "list", "yes_no", "text"]
+            },
+            "keywords": {"type": "array", "items": {"type": "string"}}
+        },
+        "required": ["entity", "attribute", "output_type", "keywords"],
+        "additionalProperties": false
+    })
+}
+
+const NAVIGATE_SYSTEM: &str = "You answer a question about a large text by exploring a tree \
+of its summaries: ABSTRACT (the whole) > SUMMARY (a round or a section) > DETAILED (one \
+chunk, condensed) > FULL (one chunk, verbatim). You see a working set of nodes, each with \
+an id like n3. Each turn, choose one action:\n\
+- peek: read the text of `ids` (from the working set).\n\
+- grep: search `pattern` (a few words) at `level` (summary, detailed or full) beneath the \
+working set; the hits become the working set.\n\
+- descend: the children of `ids` become the working set.\n\
+- partition_map: a helper applies `instruction` to each of `ids` separately and reports \
+back; use it to scan many nodes at once.\n\
+- finish: answer. Put in `quotes` the evidence: for each, the `id` of a node you have read \
+and `quote`, one sentence copied exactly from that node's text. Quotes from FULL nodes are \
+best. Set `confidence` (0 to 1) and `ready` (false if the evidence is incomplete).\n\
+Always update `hypothesis` (your current best answer) and `learned` (what the last result \
+told you). Use only ids you were shown. Reply with one JSON object.";
+
+/// The per-iteration navigation prompt; `state` is the rendered question, intent,
+/// hypothesis, notes, last observation and working set.
+pub fn navigate(state: &str) -> ChatRequest {
+    ChatRequest {
+        system: NAVIGATE_SYSTEM.to_string(),
+        user: state.to_string(),
+        schema: Some(("action".into(), action_schema())),
+        max_tokens: 600,
+    }
+}
+
+fn action_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "hypothesis": {"type": "string"},
+            "learned": {"type": "string"},
+            "action": {
+                "type": "string",
+                "enum": ["peek", "grep", "descend", "partition_map", "finish"]
+            },
+            "ids": {"type": "array", "items": {"type": "string"}},
+            "pattern": {"type": "string"},
+            "level": {"type": "string", "enum": ["summary", "detailed", "full"]},
+            "instruction": {"type": "string"},
+            "quotes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "quote": {"type": "string"}},
+                    "required": ["id", "quote"],
+                    "additionalProperties": false
+                }
+            },
+            "confidence": {"type": "number"},
+            "ready": {"type": "boolean"}
+        },
+        "required": [
+            "hypothesis", "learned", "action", "ids", "pattern", "level",
+            "instruction", "quotes", "confidence", "ready"
+        ],
+        "additionalProperties": false
+    })
+}
+
+const PARTITION_SYSTEM: &str = "You read one passage and follow an instruction about it. \
+Use only the passage. Answer in at most 60 words; copy numbers, dates and names exactly. If \
+the passage does not say, answer exactly: not mentioned.";
+
+/// One `partition_map` sub-call: `instruction` applied to one node's text.
+pub fn partition(instruction: &str, label: &str, text: &str) -> ChatRequest {
+    ChatRequest {
+        system: PARTITION_SYSTEM.to_string(),
+        user: format!(
+            "Instruction: {instruction}\n\n<passage label=\"{}\">\n{}\n</passage>",
+            label.replace('"', "'"),
+            text.trim()
+        ),
+        schema: None,
+        max_tokens: 120,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Passage;
+
+    #[test]
+    fn compression_prompts_carry_labels_budget_and_text() {
+        let req = CompressRequest {
+            level: Level::Summary,
+            passages: vec![
+                Passage {
+                    text: "The line costs $1.57 billion.".into(),
+                    label: Some("bob (round 7)".into()),
+                },
+                Passage {
+                    text: "I disagree.".into(),
+                    label: Some("alice (round 7)".into()),
+                },
+            ],
+            target_tokens: 40,
+        };
+        let p = compress(&req);
+        assert!(p.user.contains("at most 28 words"), "{}", p.user);
+        assert!(p.user.contains(
+            "<passage label=\"bob (round 7)\">\nThe line costs $1.57 billion.\n</passage>"
+        ));
+        assert!(p.user.contains("For each speaker"));
+        assert_eq!(p.max_tokens, 40 + 20 + 32);
+        assert!(p.schema.is_none());
+        let doc = compress(&CompressRequest {
+            level: Level::Detailed,
+            passages: vec![Passage {
+                text: "Text.".into(),
+                label: None,
+            }],
+            target_tokens: 3,
+        });
+        assert!(doc.user.contains("at most 5 words") && !doc.user.contains("speaker's name"));
+    }
+}

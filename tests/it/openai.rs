@@ -1,0 +1,1037 @@
+//! The OpenAI-compatible path against an in-process mock server (axum on 127.0.0.1:0):
+//! good output, malformed responses, unknown ids, empty strings, invented numbers, 429s
+//! with `Retry-After`, 500s and hangs. Every case must end in a valid tree or answer, with
+//! the retries it calls for and counters that say what happened. Timeouts and backoffs are
+//! configured in milliseconds, so the whole module sleeps for well under a second.
+//!
+//! `real_model_end_to_end` runs the same invariants against a real model server when
+//! `STRATA_LLM_BASE_URL` is set (see `scripts/local-llm.sh`).
+
+use crate::support::*;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use strata::config::Price;
+use strata::model::{CompressRequest, Passage, offline};
+use strata::{BuildReport, Config, Engine, Level, NoProgress, QueryResult};
+
+// ---------------------------------------------------------------- the mock server
+
+/// What a request asks for, recognised from the prompt strata sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Detailed,
+    Summary,
+    Abstract,
+    Intent,
+    Action,
+    Partition,
+}
+
+#[derive(Clone, Debug)]
+struct Call {
+    kind: Kind,
+    user: String,
+    /// The passages of a compression prompt.
+    passages: Vec<String>,
+    /// Earlier requests with the same prompt (0 on the first attempt).
+    attempt: usize,
+}
+
+impl Call {
+    fn has(&self, s: &str) -> bool {
+        self.user.contains(s)
+    }
+}
+
+enum Reply {
+    Text(String),
+    /// HTTP status with headers and body.
+    Status(u16, Vec<(&'static str, String)>),
+    /// A 200 whose body is not a chat completion.
+    Raw(&'static str),
+    /// Never answers (until the client gives up).
+    Hang,
+    /// Answers after a delay.
+    Slow(Duration, Box<Reply>),
+}
+
+type Script = Box<dyn Fn(&Call) -> Reply + Send + Sync>;
+
+struct Logged {
+    at: Instant,
+    kind: Kind,
+    body: Value,
+}
+
+struct Mock {
+    script: Mutex<Arc<Script>>,
+    log: Mutex<Vec<Logged>>,
+    seen: Mutex<HashMap<String, usize>>,
+    in_flight: AtomicUsize,
+    max_in_flight: Mutex<HashMap<&'static str, usize>>,
+    hung: AtomicUsize,
+    hung_dropped: Arc<AtomicUsize>,
+}
+
+impl Mock {
+    fn set(&self, script: impl Fn(&Call) -> Reply + Send + Sync + 'static) {
+        *self.script.lock().unwrap() = Arc::new(Box::new(script));
+    }
+    fn requests(&self, kind: Kind) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.kind == kind)
+            .count()
+    }
+    fn total(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+}
+
+fn kind_of(body: &Value) -> (Kind, String) {
+    let msgs = body["messages"].as_array().expect("messages");
+    let system = msgs[0]["content"].as_str().unwrap_or("").to_string();
+    let user = msgs[1]["content"].as_str().unwrap_or("").to_string();
+    let schema = body["response_format"]["json_schema"]["name"].as_str();
+    let kind = match schema {
+        Some("intent") => Kind::Intent,
+        Some("action") => Kind::Action,
+        _ if system.starts_with("You read one passage") => Kind::Partition,
+        _ if user.starts_with("Rewrite the passage") => Kind::Detailed,
+        _ if user.starts_with("Summarise the passages") => Kind::Summary,
+        _ if user.starts_with("The passages below summarise") => Kind::Abstract,
+        _ => panic!("unrecognised request: {system} / {user}"),
+    };
+    (kind, user)
+}
+
+fn passages(user: &str) -> Vec<String> {
+    user.split("<passage")
+        .skip(1)
+        .filter_map(|p| {
+            let body = p.split_once(">\n")?.1;
+            Some(body.split("\n</passage>").next()?.to_string())
+        })
+        .collect()
+}
+
+struct HangGuard(Arc<AtomicUsize>);
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn completion(text: &str) -> Value {
+    json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": "mock",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+    })
+}
+
+async fn respond(mock: &Mock, reply: Reply) -> Response {
+    match reply {
+        Reply::Text(t) => axum::Json(completion(&t)).into_response(),
+        Reply::Status(code, headers) => {
+            let mut h = HeaderMap::new();
+            for (k, v) in headers {
+                h.insert(k, v.parse().unwrap());
+            }
+            let status = StatusCode::from_u16(code).unwrap();
+            let body = json!({"error": {"message": "mock says no", "type": "mock"}});
+            (status, h, axum::Json(body)).into_response()
+        }
+        Reply::Raw(body) => {
+            (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+        }
+        Reply::Hang => {
+            mock.hung.fetch_add(1, Ordering::SeqCst);
+            let _guard = HangGuard(mock.hung_dropped.clone());
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        Reply::Slow(d, r) => {
+            tokio::time::sleep(d).await;
+            Box::pin(respond(mock, *r)).await
+        }
+    }
+}
+
+async fn chat(State(mock): State<Arc<Mock>>, axum::Json(body): axum::Json<Value>) -> Response {
+    let (kind, user) = kind_of(&body);
+    let attempt = {
+        let key = body["messages"].to_string();
+        let mut seen = mock.seen.lock().unwrap();
+        let n = seen.entry(key).or_insert(0);
+        *n += 1;
+        *n - 1
+    };
+    mock.log.lock().unwrap().push(Logged {
+        at: Instant::now(),
+        kind,
+        body: body.clone(),
+    });
+    let call = Call {
+        kind,
+        passages: passages(&user),
+        user,
+        attempt,
+    };
+    let script = mock.script.lock().unwrap().clone();
+    let reply = script(&call);
+    let now = mock.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    {
+        let mut m = mock.max_in_flight.lock().unwrap();
+        let name = match kind {
+            Kind::Partition => "partition",
+            _ => "other",
+        };
+        let e = m.entry(name).or_insert(0);
+        *e = (*e).max(now);
+    }
+    struct Leave<'a>(&'a AtomicUsize);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _leave = Leave(&mock.in_flight);
+    respond(&mock, reply).await
+}
+
+/// Starts the mock on 127.0.0.1:0 inside `rt`; returns it and its `/v1` base URL.
+fn serve(rt: &tokio::runtime::Runtime) -> (Arc<Mock>, String) {
+    let mock = Arc::new(Mock {
+        script: Mutex::new(Arc::new(Box::new(good))),
+        log: Mutex::default(),
+        seen: Mutex::default(),
+        in_flight: AtomicUsize::new(0),
+        max_in_flight: Mutex::default(),
+        hung: AtomicUsize::new(0),
+        hung_dropped: Arc::default(),
+    });
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .with_state(mock.clone());
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (mock, format!("http://{addr}/v1"))
+}
+
+/// A well-behaved model: the first sentence of each passage, within the word budget
+/// the prompt asks for.
+fn good(c: &Call) -> Reply {
+    match c.kind {
+        Kind::Detailed | Kind::Summary | Kind::Abstract => Reply::Text(extract(c)),
+        Kind::Partition => Reply::Text("not mentioned".into()),
+        Kind::Intent | Kind::Action => panic!("no navigation script"),
+    }
+}
+
+fn extract(c: &Call) -> String {
+    let words: usize = c
+        .user
+        .split("at most ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let firsts: Vec<&str> = c
+        .passages
+        .iter()
+        .map(|p| p.split_inclusive(". ").next().unwrap_or(p).trim())
+        .collect();
+    let all = firsts.join(" ");
+    all.split_whitespace()
+        .take(words)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+// ---------------------------------------------------------------- fixtures
+
+/// Two rounds of three turns, with numbers, dates and names to keep.
+const DEBATE: &str = r#"{"round": 1, "speaker": "alice", "text": "The Eastgate line should be built first. In Eastgate 41% of households do not own a car, and buses there take 52 minutes to reach the centre. A rail line would cut that to 19 minutes."}
+{"round": 1, "speaker": "bob", "text": "The 2029 audit put the cost at $1.57 billion, far above the original estimate. I doubt the ridership forecast of 38,000 daily riders holds up. We should upgrade the buses instead."}
+{"round": 1, "speaker": "chen", "text": "Both of you have a point. Bus upgrades are cheaper, but they do not fix the river crossing. The bridge has been at capacity since March 2031."}
+{"round": 2, "speaker": "alice", "text": "Bob is right that the cost is high. Still, federal grants could cover 40% of it, which brings the local share under $1 billion. POISON_NUM The council should apply this year."}
+{"round": 2, "speaker": "bob", "text": "I accept the grant figures from Dana Whitfield at the transit office. POISON_EMPTY My concern is operating cost, which the audit put at $61 million a year."}
+{"round": 2, "speaker": "chen", "text": "I now support the Eastgate line, provided the operating plan is published first. POISON_LONG Without it the council cannot judge the $61 million figure."}
+"#;
+
+fn debate_file(dir: &std::path::Path) -> PathBuf {
+    write(dir, "debate.jsonl", DEBATE)
+}
+
+fn cfg(url: &str) -> Config {
+    let mut c = Config::default();
+    c.model.sub = "openai:mock-sub".into();
+    c.model.base_url = url.into();
+    c.model.api_key_env = "STRATA_TEST_NO_SUCH_KEY".into();
+    c.model.timeout_ms = 5_000;
+    c.model.retries = 2;
+    c.model.backoff_ms = 1;
+    c.model.backoff_max_ms = 20;
+    c.build.retries = 1;
+    for m in ["mock-sub", "mock-root"] {
+        c.prices.0.insert(
+            m.into(),
+            Price {
+                prompt: 1.0,
+                completion: 2.0,
+            },
+        );
+    }
+    c
+}
+
+fn engine(cfg: Config, dir: &std::path::Path) -> Engine {
+    let e = Engine::in_memory(cfg).unwrap();
+    e.ingest_files("d", None, &[debate_file(dir)], T0).unwrap();
+    e
+}
+
+fn build(rt: &tokio::runtime::Runtime, e: &Engine) -> BuildReport {
+    rt.block_on(e.compress("d", T0, &NoProgress)).unwrap()
+}
+
+/// The tree invariants every sub-model must leave behind: every node of the plan is
+/// live, derived text is non-empty and within reach of its budget (or is the offline
+/// compressor's), and citations resolve to source text.
+fn check_tree(e: &Engine, scope: &str) {
+    let plan = e.plan(scope).unwrap();
+    for id in plan.all_ids() {
+        let n = e.node(&id, T0).unwrap();
+        assert!(!n.text.trim().is_empty(), "{:?} {id} is empty", n.level);
+        assert_eq!(n.tokens as usize, strata::token::count(&n.text));
+        for s in &n.citations {
+            let t = e.source_text(scope, &s.source).unwrap();
+            assert!(s.start < s.end && s.end as usize <= t.len());
+        }
+    }
+    let cfg = e.config();
+    for c in &plan.chunks {
+        let d = e.node(&c.detailed, T0).unwrap();
+        let target = (c.tokens as f64 * cfg.levels.detailed_ratio).ceil() as usize;
+        assert!(
+            (d.tokens as usize) <= target + target / 2 + 16 || is_offline_output(e, c),
+            "DETAILED over budget: {}",
+            d.text
+        );
+    }
+}
+
+/// Whether a chunk's DETAILED node is what the offline compressor makes for it (the
+/// fallback: its output may keep one sentence over budget rather than cut it).
+fn is_offline_output(e: &Engine, c: &strata::plan::PlannedChunk) -> bool {
+    e.node(&c.detailed, T0).unwrap().text == offline_detailed(e, c)
+}
+
+fn offline_detailed(e: &Engine, c: &strata::plan::PlannedChunk) -> String {
+    let plan = e.plan("d").unwrap();
+    let ci = plan.chunks.iter().position(|x| x.full == c.full).unwrap();
+    let full = e.node(&c.full, T0).unwrap();
+    let target = (full.tokens as f64 * e.config().levels.detailed_ratio).ceil() as usize;
+    offline::compress(&CompressRequest {
+        level: Level::Detailed,
+        passages: vec![Passage {
+            text: full.text.clone(),
+            label: plan.chunk_label(ci),
+        }],
+        target_tokens: target.max(1),
+    })
+}
+
+fn chunk_with<'a>(
+    plan: &'a strata::plan::Plan,
+    e: &Engine,
+    s: &str,
+) -> &'a strata::plan::PlannedChunk {
+    plan.chunks
+        .iter()
+        .find(|c| e.node(&c.full, T0).unwrap().text.contains(s))
+        .unwrap()
+}
+
+// ---------------------------------------------------------------- compression
+
+#[test]
+fn good_model_builds_a_valid_tree_and_reports_usage() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(cfg(&url), dir.path());
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(
+        (r.model_calls, r.fallbacks),
+        (9, 0),
+        "6 DETAILED, 2 SUMMARY, 1 ABSTRACT"
+    );
+    assert_eq!(
+        (r.empty, r.over_budget, r.unfaithful, r.model_errors),
+        (0, 0, 0, 0)
+    );
+    let u = &r.usage.by_model["mock-sub"];
+    assert_eq!((u.calls, u.requests, u.retries, u.failed), (9, 9, 0, 0));
+    assert_eq!((u.prompt_tokens, u.completion_tokens), (900, 90));
+    assert!((r.usage.cost_usd - (900.0 * 1.0 + 90.0 * 2.0) / 1e6).abs() < 1e-12);
+    assert_eq!(r.usage.calls, 9);
+    check_tree(&e, "d");
+
+    // The nodes hold the model's text, and prompts carry who spoke in which round.
+    let plan = e.plan("d").unwrap();
+    let c = chunk_with(&plan, &e, "The 2029 audit");
+    assert_eq!(
+        e.node(&c.detailed, T0).unwrap().text,
+        "The 2029 audit put the cost at $1.57 billion, far above the original estimate."
+    );
+    let log = mock.log.lock().unwrap();
+    let first = &log.iter().find(|l| l.kind == Kind::Detailed).unwrap().body;
+    assert_eq!(first["model"], "mock-sub");
+    assert_eq!(first["temperature"], 0.0);
+    assert_eq!(first["seed"], 42);
+    assert!(first["max_tokens"].as_u64().unwrap() > 0);
+    let summaries: Vec<&str> = log
+        .iter()
+        .filter(|l| l.kind == Kind::Summary)
+        .map(|l| l.body["messages"][1]["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        summaries
+            .iter()
+            .any(|s| s.contains("<passage label=\"bob (round 1)\">")),
+        "{summaries:?}"
+    );
+    drop(log);
+
+    // Same model, same prompts: everything is a cache hit.
+    let again = build(&rt, &e);
+    assert_eq!((again.model_calls, again.nodes_built), (0, 0));
+    assert_eq!(mock.total(), 9);
+
+    // The identity names the model and the prompt version: another model is another tree.
+    assert!(e.model_identity().contains("mock-sub") && e.model_identity().contains("prompts-v"));
+    let mut other = cfg(&url);
+    other.model.sub = "openai:mock-other".into();
+    let e2 = engine(other, dir.path());
+    assert_ne!(e2.plan("d").unwrap().abstract_id, plan.abstract_id);
+}
+
+#[test]
+fn unfaithful_empty_and_overlong_outputs_are_retried_then_replaced() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| match c.kind {
+        Kind::Detailed if c.has("POISON_NUM") => {
+            Reply::Text("Alice said grants cover 75% of the $9.9 billion cost.".into())
+        }
+        Kind::Detailed if c.has("POISON_EMPTY") => Reply::Text("   ".into()),
+        Kind::Detailed if c.has("POISON_LONG") => Reply::Text(c.passages[0].repeat(6)),
+        _ => good(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(cfg(&url), dir.path());
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    // Each bad output is tried twice (build.retries = 1), then replaced.
+    assert_eq!((r.unfaithful, r.empty, r.over_budget), (2, 2, 2));
+    assert_eq!((r.fallbacks, r.model_errors), (3, 0));
+    assert_eq!(r.model_calls, 9 + 3);
+    assert_eq!((r.usage.invalid_outputs, r.usage.fallbacks), (6, 3));
+    check_tree(&e, "d");
+    let plan = e.plan("d").unwrap();
+    for poison in ["POISON_NUM", "POISON_EMPTY", "POISON_LONG"] {
+        let c = chunk_with(&plan, &e, poison);
+        let d = e.node(&c.detailed, T0).unwrap();
+        assert_eq!(d.text, offline_detailed(&e, c), "{poison}");
+        assert!(!d.text.contains("9.9 billion"));
+    }
+    // The honest chunks kept the model's text.
+    let c = chunk_with(&plan, &e, "The 2029 audit");
+    assert!(!is_offline_output(&e, c));
+}
+
+#[test]
+fn server_errors_rate_limits_and_malformed_responses_are_retried() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| {
+        if c.kind == Kind::Detailed && c.has("POISON_NUM") {
+            return Reply::Status(500, vec![]);
+        }
+        if c.kind == Kind::Detailed && c.has("POISON_EMPTY") {
+            return Reply::Raw("{\"id\": \"x\", \"choices\": [");
+        }
+        match c.attempt {
+            0 => Reply::Status(503, vec![]),
+            1 => Reply::Status(429, vec![("retry-after-ms", "5".into())]),
+            _ => good(c),
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(cfg(&url), dir.path());
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    check_tree(&e, "d");
+    // 500 forever: 3 requests per call (model.retries = 2), 2 calls (build.retries = 1).
+    // A body that is no chat completion is not retried by the client, only by the build.
+    assert_eq!((r.model_errors, r.fallbacks), (4, 2));
+    let u = &r.usage.by_model["mock-sub"];
+    // 7 healthy calls: 503, 429, then success.
+    assert_eq!(u.calls, 7 + 2 + 2);
+    assert_eq!(u.requests, 7 * 3 + 2 * 3 + 2);
+    assert_eq!(u.rate_limited, 7);
+    assert_eq!(u.server_errors, 7 + 6);
+    assert_eq!(u.retries, 7 * 2 + 2 * 2);
+    assert_eq!(u.failed, 4);
+    assert_eq!(mock.total() as u64, u.requests);
+    let plan = e.plan("d").unwrap();
+    for poison in ["POISON_NUM", "POISON_EMPTY"] {
+        let c = chunk_with(&plan, &e, poison);
+        assert_eq!(
+            e.node(&c.detailed, T0).unwrap().text,
+            offline_detailed(&e, c)
+        );
+    }
+}
+
+#[test]
+fn a_429_makes_every_caller_back_off_together() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let first = AtomicUsize::new(0);
+    mock.set(move |c| {
+        if first.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Reply::Status(
+                429,
+                vec![
+                    ("retry-after", "30".into()),
+                    ("retry-after-ms", "150".into()),
+                ],
+            );
+        }
+        Reply::Slow(Duration::from_millis(5), Box::new(good(c)))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(&url);
+    c.model.backoff_max_ms = 1_000;
+    let e = engine(c, dir.path());
+    let t0 = Instant::now();
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty() && r.fallbacks == 0, "{r:?}");
+    assert_eq!(r.usage.by_model["mock-sub"].rate_limited, 1);
+    // `retry-after-ms` wins over `Retry-After` (30 s would stall the test).
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let log = mock.log.lock().unwrap();
+    let limited_at = log[0].at;
+    // Requests already on the wire arrive at once; after that nobody sends until the
+    // pause is over — not only the caller that got the 429.
+    let late: Vec<Duration> = log[1..]
+        .iter()
+        .map(|l| l.at.duration_since(limited_at))
+        .filter(|d| *d > Duration::from_millis(40))
+        .collect();
+    assert!(
+        late.len() >= 2,
+        "the retry and the SUMMARY calls come later: {late:?}"
+    );
+    for d in &late {
+        assert!(
+            *d >= Duration::from_millis(145),
+            "sent during the pause: {late:?}"
+        );
+    }
+}
+
+#[test]
+fn hung_requests_time_out_are_retried_and_dropped() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| {
+        if c.kind == Kind::Detailed && c.has("POISON_NUM") {
+            return Reply::Hang;
+        }
+        if c.kind == Kind::Detailed && c.has("POISON_LONG") && c.attempt == 0 {
+            return Reply::Hang;
+        }
+        good(c)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(&url);
+    c.model.timeout_ms = 60;
+    c.model.retries = 1;
+    let e = engine(c, dir.path());
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    check_tree(&e, "d");
+    let u = &r.usage.by_model["mock-sub"];
+    // POISON_LONG: one timeout, then an answer. POISON_NUM: 2 attempts × 2 build tries.
+    assert_eq!(u.timeouts, 1 + 4);
+    assert_eq!((r.model_errors, r.fallbacks), (2, 1));
+    // The client hung up on every hung request: the server saw each one dropped.
+    wait_until(&rt, || mock.hung_dropped.load(Ordering::SeqCst) == 5);
+    assert_eq!(mock.hung.load(Ordering::SeqCst), 5);
+}
+
+/// Polls `ok` (the server notices closed connections on its own schedule).
+fn wait_until(rt: &tokio::runtime::Runtime, ok: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "condition never held"
+        );
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(5)).await });
+    }
+}
+
+#[test]
+fn dropping_a_build_cancels_its_outstanding_calls() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|_| Reply::Hang);
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(cfg(&url), dir.path());
+    let r = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(100), e.compress("d", T0, &NoProgress)).await
+    });
+    assert!(r.is_err(), "the build cannot finish against a hung server");
+    // The dropped build let go of its permits and its connections.
+    assert_eq!(e.limiter().in_flight(), 0);
+    wait_until(&rt, || {
+        let hung = mock.hung.load(Ordering::SeqCst);
+        hung == 6 && mock.hung_dropped.load(Ordering::SeqCst) == hung
+    });
+    // Nothing half-made was stored; a later build against a healthy server completes.
+    let plan = e.plan("d").unwrap();
+    assert!(plan.chunks.iter().all(|c| e.node(&c.detailed, T0).is_err()));
+    mock.set(good);
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty() && r.fallbacks == 0);
+    check_tree(&e, "d");
+}
+
+// ---------------------------------------------------------------- navigation
+
+fn nav_cfg(url: &str) -> Config {
+    let mut c = cfg(url);
+    c.model.sub = "offline".into();
+    c.model.root = "openai:mock-root".into();
+    c
+}
+
+fn query(rt: &tokio::runtime::Runtime, e: &Engine, q: &str) -> QueryResult {
+    let r = rt
+        .block_on(e.query(&["d".to_string()], q, T0, &NoProgress))
+        .unwrap();
+    check_citations(e, &r);
+    r
+}
+
+fn action(v: Value) -> Reply {
+    let mut base = json!({
+        "hypothesis": "", "learned": "", "ids": [], "pattern": "", "level": "full",
+        "instruction": "", "quotes": [], "confidence": 0.0, "ready": false
+    });
+    for (k, x) in v.as_object().unwrap() {
+        base[k] = x.clone();
+    }
+    Reply::Text(base.to_string())
+}
+
+/// The working-set lines of a navigation prompt: (handle, level, rest of the line).
+fn listed(user: &str) -> Vec<(String, String, String)> {
+    let ws = user.split("Working set (").nth(1).unwrap_or("");
+    ws.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (h, rest) = l.split_once(" [")?;
+            let (lvl, rest) = rest.split_once("] ")?;
+            h.starts_with('n')
+                .then(|| (h.to_string(), lvl.to_string(), rest.to_string()))
+        })
+        .collect()
+}
+
+/// The text after "Last result:" and before the working set.
+fn last_result(user: &str) -> &str {
+    let r = user.split("Last result:\n").nth(1).unwrap_or("");
+    r.split("\nWorking set (").next().unwrap_or(r)
+}
+
+/// A root model that explores like a sensible one: abstract → groups → grep → peek →
+/// finish, quoting the sentence that holds `needle`.
+fn explorer(needle: &'static str, grep: &'static str) -> impl Fn(&Call) -> Reply {
+    move |c: &Call| match c.kind {
+        Kind::Intent => Reply::Text(
+            json!({"entity": "Eastgate", "attribute": "households without a car",
+                   "output_type": "number", "keywords": ["Eastgate", "car", "households"]})
+            .to_string(),
+        ),
+        Kind::Action => {
+            let ws = listed(&c.user);
+            let last = last_result(&c.user);
+            if let Some(q) = quote_of(last, needle) {
+                return action(json!({"action": "finish", "quotes": [q],
+                    "hypothesis": "41% of Eastgate households have no car",
+                    "confidence": 0.9, "ready": true}));
+            }
+            match ws[0].1.as_str() {
+                "abstract" => action(json!({"action": "descend", "ids": [ws[0].0]})),
+                "summary" => action(json!({"action": "grep", "pattern": grep, "level": "full"})),
+                _ => action(json!({"action": "peek",
+                    "ids": ws.iter().take(2).map(|w| w.0.clone()).collect::<Vec<_>>()})),
+            }
+        }
+        _ => good(c),
+    }
+}
+
+/// From a peek observation ("n4 [full] alice round 1:\n<text>"), the FULL node's handle
+/// and the sentence holding `needle`.
+fn quote_of(obs: &str, needle: &str) -> Option<Value> {
+    let mut handle = None;
+    for line in obs.lines() {
+        if let Some((h, rest)) = line.split_once(" [")
+            && h.starts_with('n')
+            && h[1..].chars().all(|c| c.is_ascii_digit())
+        {
+            handle = rest.starts_with("full]").then(|| h.to_string());
+            continue;
+        }
+        if line.contains(needle) {
+            let s = line
+                .split_inclusive(". ")
+                .find(|s| s.contains(needle))?
+                .trim();
+            return Some(json!({"id": handle?, "quote": s}));
+        }
+    }
+    None
+}
+
+#[test]
+fn llm_navigator_descends_greps_peeks_and_cites_exact_spans() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(explorer("41%", "Eastgate households car"));
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(r.ready, "{r:#?}");
+    assert_eq!(r.citations.len(), 1);
+    assert_eq!(
+        r.citations[0].quote,
+        "In Eastgate 41% of households do not own a car, and buses there take 52 minutes to reach the centre."
+    );
+    assert_eq!(r.citations[0].speaker.as_deref(), Some("alice"));
+    assert_eq!(r.answer, r.citations[0].quote);
+    let actions: Vec<&str> = r.trajectory.iter().map(|s| s.action.as_str()).collect();
+    for a in ["intent", "descend", "grep", "peek", "finish"] {
+        assert!(actions.contains(&a), "{a} missing from {actions:?}");
+    }
+    assert!(!actions.contains(&"invalid") && !actions.contains(&"fallback"));
+    let u = &r.usage.by_model["mock-root"];
+    // intent + descend + grep + peek + finish
+    assert_eq!((u.calls, u.requests), (5, 5));
+    assert_eq!(r.usage.prompt_tokens, 500);
+    assert_eq!((r.usage.invalid_outputs, r.usage.fallbacks), (0, 0));
+    assert!(r.usage.cost_usd > 0.0);
+    assert_eq!(mock.requests(Kind::Action), 4);
+    // The working set narrowed: the abstract, 2 groups, then grep hits.
+    assert!(r.iterations >= 3 && r.tokens_processed > 0);
+}
+
+/// The turn number of a navigation prompt ("Turn 3 of 10").
+fn turn(user: &str) -> u32 {
+    let t = user.rsplit("Turn ").next().unwrap_or("");
+    t.split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn llm_navigator_rejects_malformed_replies_and_unknown_ids() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let sane = explorer("41%", "Eastgate households car");
+    let good_quote: Mutex<Option<Value>> = Mutex::new(None);
+    mock.set(move |c| {
+        if c.kind != Kind::Action {
+            return sane(c);
+        }
+        match turn(&c.user) {
+            1 => return Reply::Text("{\"action\": \"descend\", \"ids\": [}".into()),
+            3 => return action(json!({"action": "descend", "ids": ["n999", "deadbeefdeadbeef"]})),
+            _ => {}
+        }
+        if let Some(q) = quote_of(last_result(&c.user), "41%") {
+            // Remember the right quote, but first cite a node that does not exist and
+            // misquote a real one.
+            *good_quote.lock().unwrap() = Some(q);
+            return action(json!({"action": "finish", "confidence": 0.9, "ready": true,
+                "quotes": [{"id": "n77", "quote": "41% of households"},
+                           {"id": "n1", "quote": "Nobody said this at all, ever."}]}));
+        }
+        if c.user.contains("Your answer was rejected") {
+            let q = good_quote.lock().unwrap().clone().unwrap();
+            return action(json!({"action": "finish", "quotes": [q], "confidence": 0.9,
+                "ready": true}));
+        }
+        sane(c)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = nav_cfg(&url);
+    cfg.query.max_iterations = 10;
+    let e = engine(cfg, dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(
+        r.citations.iter().any(|c| c.quote.contains("41%")),
+        "{r:#?}"
+    );
+    assert_eq!(r.usage.fallbacks, 0, "{:#?}", r.trajectory);
+    assert_eq!(r.usage.invalid_outputs, 3);
+    let invalid: Vec<&str> = r
+        .trajectory
+        .iter()
+        .filter(|s| s.action == "invalid")
+        .map(|s| s.detail.as_str())
+        .collect();
+    assert_eq!(invalid.len(), 3, "{invalid:?}");
+    assert!(invalid[0].contains("malformed JSON"), "{invalid:?}");
+    assert!(
+        invalid[1].contains("n999") && invalid[1].contains("working set"),
+        "{invalid:?}"
+    );
+    assert!(invalid[2].contains("unknown id \"n77\""), "{invalid:?}");
+    assert!(invalid[2].contains("not found in n1"), "{invalid:?}");
+}
+
+#[test]
+fn llm_navigator_falls_back_to_the_offline_policy() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let q = "What share of Eastgate households do not own a car?";
+    let offline_answer = {
+        let mut c = cfg(&url);
+        c.model = Default::default();
+        query(&rt, &engine(c, dir.path()), q)
+    };
+    assert!(offline_answer.answer.contains("41%"));
+
+    // The root model is down: after its retries the offline policy answers.
+    mock.set(|c| match c.kind {
+        Kind::Intent | Kind::Action => Reply::Status(500, vec![]),
+        _ => good(c),
+    });
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(&rt, &e, q);
+    assert_eq!(r.citations, offline_answer.citations);
+    assert_eq!(r.usage.fallbacks, 1);
+    let u = &r.usage.by_model["mock-root"];
+    assert_eq!(
+        (u.calls, u.requests, u.server_errors, u.failed),
+        (1, 3, 3, 1)
+    );
+    assert_eq!(
+        r.trajectory
+            .iter()
+            .filter(|s| s.action == "fallback")
+            .count(),
+        1
+    );
+
+    // The root model never says anything usable: turns run out, the offline policy answers.
+    mock.set(|c| match c.kind {
+        Kind::Intent => Reply::Text("I think the answer is about cars.".into()),
+        Kind::Action => action(json!({"action": "finish", "ready": true, "confidence": 1.0,
+            "quotes": [{"id": "n404", "quote": "made up"}]})),
+        _ => good(c),
+    });
+    let r = query(&rt, &e, q);
+    assert_eq!(r.citations, offline_answer.citations);
+    assert_eq!(r.usage.fallbacks, 1);
+    assert!(r.usage.invalid_outputs >= 3, "{}", r.usage.invalid_outputs);
+    assert!(r.confidence <= 1.0 && r.iterations <= e.config().query.max_iterations * 2);
+}
+
+#[test]
+fn partition_map_fans_out_and_answers_are_refined() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let sane = explorer("$61 million", "operating cost audit");
+    let found: Mutex<Option<Value>> = Mutex::new(None);
+    mock.set(move |c| match c.kind {
+        Kind::Partition => Reply::Slow(
+            Duration::from_millis(30),
+            Box::new(Reply::Text(if c.has("$61 million") {
+                "Bob put the operating cost at $61 million a year.".into()
+            } else {
+                "not mentioned".into()
+            })),
+        ),
+        Kind::Action => {
+            let ws = listed(&c.user);
+            let last = last_result(&c.user);
+            if ws[0].1 == "summary" && !last.starts_with("partition_map") {
+                let ids: Vec<String> = ws.iter().map(|w| w.0.clone()).collect();
+                return action(json!({"action": "partition_map", "ids": ids,
+                    "instruction": "What operating cost is mentioned?"}));
+            }
+            if let Some(q) = quote_of(last, "$61 million") {
+                // A first answer that is not ready...
+                *found.lock().unwrap() = Some(q.clone());
+                return action(json!({"action": "finish", "quotes": [q],
+                    "hypothesis": "$61 million a year", "confidence": 0.4, "ready": false}));
+            }
+            if last.contains("not ready yet") {
+                // ...confirmed after the feedback.
+                let q = found.lock().unwrap().clone().unwrap();
+                return action(json!({"action": "finish", "quotes": [q],
+                    "hypothesis": "$61 million a year", "confidence": 0.9, "ready": true}));
+            }
+            sane(c)
+        }
+        _ => sane(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nav_cfg(&url);
+    c.model.sub = "openai:mock-sub".into();
+    c.query.max_iterations = 10;
+    let e = engine(c, dir.path());
+    let r = query(&rt, &e, "What operating cost did the audit give?");
+    assert!(
+        r.citations.iter().any(|c| c.quote.contains("$61 million")),
+        "{r:#?}"
+    );
+    assert!(r.ready, "{r:#?}");
+    // Both groups went to the helper (the sub model) at once.
+    assert_eq!(r.sub_calls_made, 2);
+    assert_eq!(mock.requests(Kind::Partition), 2);
+    assert_eq!(mock.max_in_flight.lock().unwrap()["partition"], 2);
+    assert!(r.usage.by_model["mock-sub"].calls >= 2);
+    assert!(
+        r.refinement_history
+            .iter()
+            .any(|h| h.starts_with("refinement 1: not ready")),
+        "{:#?}",
+        r.refinement_history
+    );
+    let actions: Vec<&str> = r.trajectory.iter().map(|s| s.action.as_str()).collect();
+    assert!(
+        actions.contains(&"refine") && actions.contains(&"partition_map"),
+        "{actions:?}"
+    );
+    assert_eq!(r.usage.fallbacks, 0);
+}
+
+/// The engine's futures cross threads (the server spawns them).
+#[allow(dead_code)]
+fn engine_futures_are_send(e: &Engine) {
+    fn send<T: Send>(_: T) {}
+    send(e.compress("d", T0, &NoProgress));
+    send(e.query(&[], "q", T0, &NoProgress));
+}
+
+// ---------------------------------------------------------------- a real model
+
+/// Compresses a few debate turns with a real model server and answers a question with
+/// it as the root model. Runs when `STRATA_LLM_BASE_URL` is set (`.ci/run` starts
+/// `scripts/local-llm.sh` and sets it); otherwise it says so and passes.
+#[test]
+fn real_model_end_to_end() {
+    let Ok(url) = std::env::var("STRATA_LLM_BASE_URL") else {
+        eprintln!("real_model_end_to_end: skipped (STRATA_LLM_BASE_URL is not set)");
+        return;
+    };
+    let model = std::env::var("STRATA_LLM_MODEL").unwrap_or_else(|_| "local".into());
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Config::default();
+    c.model.sub = format!("openai:{model}");
+    c.model.root = format!("openai:{model}");
+    c.model.base_url = url;
+    c.model.api_key_env = "STRATA_LLM_API_KEY".into();
+    c.model.timeout_ms = 180_000;
+    c.model.retries = 1;
+    c.build.concurrency = 1;
+    c.query.max_iterations = 5;
+    let e = engine(c, dir.path());
+    let t0 = Instant::now();
+    let r = build(&rt, &e);
+    let build_s = t0.elapsed().as_secs_f64();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    check_tree(&e, "d");
+    let plan = e.plan("d").unwrap();
+    assert_eq!(r.nodes_built, plan.n_derived());
+    // Every model output was either used (within budget and faithful) or replaced and
+    // counted.
+    let rejected = r.empty + r.over_budget + r.unfaithful + r.model_errors;
+    assert!(rejected >= r.fallbacks && r.fallbacks <= 9, "{r:?}");
+    let mut kept = 0;
+    for ch in &plan.chunks {
+        if !is_offline_output(&e, ch) {
+            kept += 1;
+        }
+    }
+    let t1 = Instant::now();
+    let q = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    let query_s = t1.elapsed().as_secs_f64();
+    assert!(q.trajectory.iter().any(|s| s.action == "intent"));
+    let u = &r.usage;
+    eprintln!(
+        "real model {model}: build {build_s:.1} s, {} calls, {} prompt + {} completion tokens, \
+         {} fallbacks (empty {}, over budget {}, unfaithful {}, errors {}), {kept}/{} DETAILED \
+         kept from the model",
+        r.model_calls,
+        u.prompt_tokens,
+        u.completion_tokens,
+        r.fallbacks,
+        r.empty,
+        r.over_budget,
+        r.unfaithful,
+        r.model_errors,
+        plan.chunks.len()
+    );
+    eprintln!(
+        "real model query: {query_s:.1} s, {} root calls, {} invalid outputs, fallback {}, \
+         ready {}, citations: {:?}",
+        q.usage.calls,
+        q.usage.invalid_outputs,
+        q.usage.fallbacks,
+        q.ready,
+        q.citations.iter().map(|c| &c.quote).collect::<Vec<_>>()
+    );
+    assert!(!q.citations.is_empty(), "{q:#?}");
+}
