@@ -174,7 +174,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for round in 1..=a.rounds {
         let t0 = Instant::now();
         let mut used = 0usize;
-        for agent in 0..AGENTS.len() {
+        for (agent, (name, _)) in AGENTS.iter().enumerate() {
             let (context, tokens) = if round == 1 && agent == 0 {
                 (String::new(), 0)
             } else {
@@ -201,13 +201,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 scripted(agent, round, &context)
             };
             let r = with_auth(http.post(format!("{}/api/debates/{}/turns", a.url, a.debate)))
-                .json(&json!({"round": round, "speaker": AGENTS[agent].0, "text": text}))
+                .json(&json!({"round": round, "speaker": name, "text": text}))
                 .send()
                 .await?;
             if !r.status().is_success() {
                 return Err(format!("append failed: {}", r.text().await?).into());
             }
-            transcript.push_str(&format!("{} (round {round}): {text}\n", AGENTS[agent].0));
+            transcript.push_str(&format!("{name} (round {round}): {text}\n"));
         }
         let full = strata::token::count(&transcript);
         println!(

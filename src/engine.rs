@@ -384,13 +384,7 @@ impl Engine {
         now: u64,
     ) -> Result<IngestReport> {
         let input = source::turn_input(source_id, turn)?;
-        let bytes = input.text.len() as u64;
-        let file = InputFile {
-            path: PathBuf::from(""),
-            kind: ScopeKind::Debate,
-            sources: vec![input],
-            bytes,
-        };
+        let file = InputFile::single(ScopeKind::Debate, "", input);
         self.ingest(scope, &[file], now)
     }
 
@@ -536,13 +530,7 @@ impl Engine {
         let next = self.store.get_scope(scope)?.map_or(0, |r| r.next_seq);
         let id = format!("{scope}#turn-{}", next + 1);
         let input = source::turn_input(id.clone(), turn)?;
-        let bytes = input.text.len() as u64;
-        let file = InputFile {
-            path: PathBuf::from(""),
-            kind: ScopeKind::Debate,
-            sources: vec![input],
-            bytes,
-        };
+        let file = InputFile::single(ScopeKind::Debate, "", input);
         Ok((self.ingest_locked(scope, &[file], now)?, id))
     }
 

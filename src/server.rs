@@ -24,7 +24,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -585,12 +584,7 @@ async fn ingest_document(
     let scope = d.scope.clone();
     let report = blocking(move || {
         let input = source::document(&d.source, d.text)?;
-        let file = InputFile {
-            path: PathBuf::from(&d.source),
-            kind: ScopeKind::Doc,
-            bytes: input.text.len() as u64,
-            sources: vec![input],
-        };
+        let file = InputFile::single(ScopeKind::Doc, &d.source, input);
         Ok(st.engine.ingest(&d.scope, &[file], unix_now())?)
     })
     .await?;

@@ -33,6 +33,19 @@ pub struct InputFile {
     pub bytes: u64,
 }
 
+impl InputFile {
+    /// One source that did not come from a file of its own (an appended turn, a document
+    /// posted over HTTP).
+    pub fn single(kind: ScopeKind, path: &str, input: SourceInput) -> InputFile {
+        InputFile {
+            path: PathBuf::from(path),
+            kind,
+            bytes: input.text.len() as u64,
+            sources: vec![input],
+        }
+    }
+}
+
 /// The kind a file is read as when `--kind` is not given: `.jsonl` is a debate.
 pub fn guess_kind(path: &Path) -> ScopeKind {
     match path.extension().and_then(|e| e.to_str()) {
