@@ -346,7 +346,7 @@ fn main() {
 
     // ------------------------------------------------------------ incremental append
     let mut appends = Vec::new();
-    let mut rng = Lcg(0xadd_7u64);
+    let mut rng = Lcg(0xadd7_u64);
     for (i, (round, speaker, how)) in [
         (DEBATE_ROUNDS, "eve", "into the last round"),
         (DEBATE_ROUNDS + 1, "alice", "opens a new round"),

@@ -23,7 +23,7 @@
 #   build.tmp/      unpacked source + build tree; removed after a successful build
 #   bin/llama-server (+ .build-info)   moved into place only once a build has finished
 #   models/qwen2.5-coder-0.5b-instruct.gguf (+ .sha256)   sha256-verified
-#   server.pid server.port server.log   the running server (`start`/`stop`)
+#   server.pid server.port server.log (+ .1, the previous run's)   the server (`start`/`stop`)
 #
 # Needs: bash, python3 with pip (Debian: apt-get install python3-pip), gcc/g++
 # (Debian: build-essential). cmake >= 3.14 and ninja are taken from PATH when both
@@ -426,6 +426,8 @@ port_is_free() {
   "$PYTHON" - "$1" <<'PY'
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+# Like llama-server itself: sockets of a stopped server lingering in TIME_WAIT do not count.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError:
@@ -492,6 +494,7 @@ do_start() {
     # shellcheck disable=SC2206  # deliberate word splitting of extra args
     [[ -n "${STRATA_LLM_EXTRA_ARGS:-}" ]] && args+=(${STRATA_LLM_EXTRA_ARGS})
     log "starting: $SERVER_BIN ${args[*]}"
+    [[ -f "$SERVER_LOG" ]] && mv -f -- "$SERVER_LOG" "$SERVER_LOG.1"   # keep one previous log
     log "log: $SERVER_LOG"
     # Detached in its own session, stdin/stdout/stderr away from our caller (so that
     # `URL=$(local-llm.sh start | tail -n1)` returns) and no other inherited fds.
@@ -521,7 +524,7 @@ PY
     if (( SECONDS - t0 >= START_TIMEOUT )); then
       log "no 200 from /health after ${START_TIMEOUT}s (last status $code); last lines of $SERVER_LOG:"
       tail -n 30 -- "$SERVER_LOG" >&2 || true
-      kill "$pid" 2>/dev/null || true
+      terminate "$pid"
       rm -f -- "$PID_FILE" "$PORT_FILE"
       die "llama-server did not become healthy; stopped it"
     fi
@@ -534,6 +537,18 @@ PY
   printf 'http://127.0.0.1:%s/v1\n' "$port"
 }
 
+terminate() {  # $1 = pid: SIGTERM, up to 10 s grace, then SIGKILL
+  local pid=$1 i
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for (( i = 0; i < 100; i++ )); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  # Seen when a client's generation was in flight: the server waits for it.
+  log "pid $pid still alive 10 s after SIGTERM (a request in flight?): SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
 do_stop() {
   mkdir -p "$CACHE"
   with_lock
@@ -543,16 +558,7 @@ do_stop() {
     return 0
   fi
   log "stopping llama-server (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for (( i = 0; i < 100; i++ )); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "still alive after 10 s: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  terminate "$pid"
   rm -f -- "$PID_FILE" "$PORT_FILE"
   log "stopped"
 }

@@ -363,14 +363,19 @@ impl Run<'_> {
                 target_tokens: target.max(1),
             };
             match self.compress(req).await {
-                Ok(text) => Ok(Some(self.save(self.derived(
-                    c.detailed,
-                    Level::Detailed,
-                    text,
-                    vec![full.id],
-                    full.citations.clone(),
-                    full.meta.clone(),
-                ))?)),
+                Ok(text) => Ok(Some(
+                    self.save(
+                        self.derived(
+                            c.detailed,
+                            Level::Detailed,
+                            text,
+                            vec![full.id],
+                            full.citations.clone(),
+                            full.meta.clone(),
+                        )
+                        .await?,
+                    )?,
+                )),
                 Err(e) => {
                     self.fail(c.detailed, Level::Detailed, what.clone(), e);
                     Ok(None)
@@ -414,14 +419,12 @@ impl Run<'_> {
                 let meta = merge_meta(dets.iter().map(|d| &d.meta));
                 let spans = merge_spans(dets.iter().flat_map(|d| d.citations.iter().cloned()));
                 let children = dets.iter().map(|d| d.id).collect();
-                Ok(Some(self.save(self.derived(
-                    g.summary,
-                    Level::Summary,
-                    text,
-                    children,
-                    spans,
-                    meta,
-                ))?))
+                Ok(Some(
+                    self.save(
+                        self.derived(g.summary, Level::Summary, text, children, spans, meta)
+                            .await?,
+                    )?,
+                ))
             }
             Err(e) => {
                 self.fail(g.summary, Level::Summary, format!("{} summary", g.label), e);
@@ -473,14 +476,19 @@ impl Run<'_> {
                 let meta = merge_meta(sums.iter().map(|s| &s.meta));
                 let spans = merge_spans(sums.iter().flat_map(|s| s.citations.iter().cloned()));
                 let children = sums.iter().map(|s| s.id).collect();
-                Ok(Some(self.save(self.derived(
-                    plan.abstract_id,
-                    Level::Abstract,
-                    text,
-                    children,
-                    spans,
-                    meta,
-                ))?))
+                Ok(Some(
+                    self.save(
+                        self.derived(
+                            plan.abstract_id,
+                            Level::Abstract,
+                            text,
+                            children,
+                            spans,
+                            meta,
+                        )
+                        .await?,
+                    )?,
+                ))
             }
             Err(e) => {
                 self.fail(
@@ -551,18 +559,22 @@ impl Run<'_> {
         let mut meta = target.meta.clone();
         let text = render_tags(&meta, &tags);
         meta.tags = Some(tags);
-        self.save(self.derived(
-            id,
-            Level::Metadata,
-            text,
-            vec![target.id],
-            target.citations.clone(),
-            meta,
-        ))?;
+        self.save(
+            self.derived(
+                id,
+                Level::Metadata,
+                text,
+                vec![target.id],
+                target.citations.clone(),
+                meta,
+            )
+            .await?,
+        )?;
         Ok(())
     }
 
-    fn derived(
+    /// A derived node (its text tokenised on rayon, not on the executor).
+    async fn derived(
         &self,
         id: NodeId,
         level: Level,
@@ -570,19 +582,25 @@ impl Run<'_> {
         children: Vec<NodeId>,
         citations: Vec<Span>,
         meta: Meta,
-    ) -> Node {
-        Node {
+    ) -> Result<Node> {
+        let (text, tokens) = crate::model::spawn_cpu(move || {
+            let t = token::count(&text) as u32;
+            (text, t)
+        })
+        .await
+        .map_err(crate::Error::invalid)?;
+        Ok(Node {
             id,
             scope: self.b.plan.scope.clone(),
             level,
-            tokens: token::count(&text) as u32,
+            tokens,
             text,
             children,
             citations,
             meta,
             created_at: self.b.now,
             expires_at: self.expires_at(),
-        }
+        })
     }
 }
 

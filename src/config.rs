@@ -90,7 +90,7 @@ impl Default for LevelConfig {
             detailed_ratio: 0.5,
             summary_ratio: 0.2,
             abstract_ratio: 0.05,
-            abstract_max_tokens: 4000,
+            abstract_max_tokens: 1500,
         }
     }
 }
@@ -148,6 +148,9 @@ pub struct QueryConfig {
     /// Where navigation starts: `abstract` (read the overview first), `metadata` or
     /// `summary` (go straight to the groups).
     pub start_level: crate::level::Level,
+    /// `auto`: the LLM navigator when `model.root` is set, else the offline one;
+    /// `offline`: always the offline (BM25) navigator.
+    pub strategy: String,
 }
 
 impl Default for QueryConfig {
@@ -162,6 +165,7 @@ impl Default for QueryConfig {
             max_citations: 3,
             ready_threshold: 0.5,
             start_level: crate::level::Level::Abstract,
+            strategy: "auto".into(),
         }
     }
 }
@@ -348,6 +352,12 @@ impl Config {
         }
         if self.query.max_iterations == 0 || self.query.min_keep == 0 {
             return bad("query.max_iterations and query.min_keep must be at least 1");
+        }
+        if !matches!(self.query.strategy.as_str(), "auto" | "offline") {
+            return Err(Error::Config(format!(
+                "query.strategy must be auto or offline, got {:?}",
+                self.query.strategy
+            )));
         }
         crate::model::ModelSpec::parse(&self.model.sub)
             .map_err(|e| Error::Config(format!("model.sub: {e}")))?;

@@ -278,7 +278,8 @@ fn auto(engine: &Engine, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<It
     };
     let abs = overview(&engine.node(&plan.abstract_id, now)?);
     let c = cost(&abs);
-    if c <= budget {
+    // The overview is worth at most half the window: past that, the groups say more.
+    if c <= budget / 2 {
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
     }

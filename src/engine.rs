@@ -340,7 +340,9 @@ impl Engine {
         let mut to_unindex: Vec<NodeId> = Vec::new();
         for f in files {
             report.bytes += f.bytes;
-            if kind == ScopeKind::Debate {
+            // A re-ingested debate file may have lost turns; single turns appended
+            // without a file (`path` empty) never remove anything.
+            if kind == ScopeKind::Debate && !f.path.as_os_str().is_empty() {
                 let prefix = format!("{}#", f.path.display());
                 let keep: HashSet<&str> = f.sources.iter().map(|s| s.id.as_str()).collect();
                 let gone: Vec<String> = rec
@@ -742,7 +744,7 @@ impl Engine {
                 plans.push(self.ensure_built(s, now, progress).await?.0);
             }
             let explorer = Explorer::new(self, plans, qcfg.clone(), now);
-            match &self.root {
+            match self.root.as_ref().filter(|_| qcfg.strategy != "offline") {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
                     crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await

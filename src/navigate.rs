@@ -13,7 +13,7 @@ use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use crate::text;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 pub mod llm;
 
@@ -540,7 +540,8 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
     // 5. Score sentences: BM25 over the candidate sentences (so a long sentence does not win
     //    by sheer length), plus half credit for question terms that name the chunk's
     //    speaker, round or document.
-    let idf: HashMap<String, f64> = terms
+    // Ordered maps: float sums must not depend on hash order (same answer in every process).
+    let idf: BTreeMap<String, f64> = terms
         .iter()
         .map(|t| (t.clone(), ex.engine.index().idf(t)))
         .collect();
@@ -549,8 +550,8 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         node: NodeId,
         start: u64,
         end: u64,
-        tf: HashMap<String, u32>,
-        ctx: HashSet<String>,
+        tf: BTreeMap<String, u32>,
+        ctx: BTreeSet<String>,
         len: usize,
         score: f64,
         rank: usize,
@@ -558,7 +559,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
     let mut cands = Vec::new();
     for (rank, n) in chunks.iter().enumerate() {
         let base = n.citations[0].start;
-        let ctx: HashSet<String> = ex
+        let ctx: BTreeSet<String> = ex
             .engine
             .index()
             .analyze(&context_label(n))
@@ -574,7 +575,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
             }
             let all = ex.engine.index().analyze_all(raw);
             let len = all.len().max(1);
-            let mut tf: HashMap<String, u32> = HashMap::new();
+            let mut tf: BTreeMap<String, u32> = BTreeMap::new();
             for t in all {
                 if idf.contains_key(&t) {
                     *tf.entry(t).or_insert(0) += 1;
@@ -668,13 +669,13 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
             .then(a.start.cmp(&b.start))
     });
     let mut chosen: Vec<&Cand> = Vec::new();
-    let mut covered: HashSet<String> = HashSet::new();
+    let mut covered: BTreeSet<String> = BTreeSet::new();
     if let Some(best) = cands.first() {
         for c in &cands {
             if chosen.len() >= cfg.max_citations {
                 break;
             }
-            let terms_of = |c: &Cand| -> HashSet<String> {
+            let terms_of = |c: &Cand| -> BTreeSet<String> {
                 c.tf.keys()
                     .filter(|t| !speaker_terms.contains(*t) || c.ctx.contains(*t))
                     .chain(c.ctx.iter())

@@ -2,7 +2,7 @@
 //! sentences with byte offsets, content words, and the "facts" a summary must keep
 //! (numbers, dates, named entities).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use unicode_segmentation::UnicodeSegmentation;
 
 /// A sentence of some text, as byte offsets into it (trailing whitespace included, so the
@@ -335,9 +335,10 @@ pub fn facts(sentence: &str) -> Facts {
     f
 }
 
-/// Term frequencies of content words.
-pub fn term_counts(text: &str) -> HashMap<String, u32> {
-    let mut m = HashMap::new();
+/// Term frequencies of content words, in a fixed (sorted) order so that float sums over
+/// them are the same in every process.
+pub fn term_counts(text: &str) -> BTreeMap<String, u32> {
+    let mut m = BTreeMap::new();
     for w in content_words(text) {
         *m.entry(w).or_insert(0) += 1;
     }

@@ -266,10 +266,19 @@ impl Turn {
 /// Where `quote` is in `text`, as a byte range: verbatim, then ignoring case and spacing,
 /// then the sentence sharing most of its words (at least 60 % of them).
 fn locate(text: &str, quote: &str) -> Option<(usize, usize)> {
-    let q = quote
+    locate_verbatim(text, quote).or_else(|| locate_by_words(text, quote))
+}
+
+fn unquote(quote: &str) -> &str {
+    quote
         .trim()
         .trim_matches(|c: char| matches!(c, '"' | '\'' | '“' | '”' | '‘' | '’'))
-        .trim();
+        .trim()
+}
+
+/// `quote` in `text` verbatim, or ignoring case and runs of whitespace.
+fn locate_verbatim(text: &str, quote: &str) -> Option<(usize, usize)> {
+    let q = unquote(quote);
     if q.is_empty() {
         return None;
     }
@@ -307,7 +316,12 @@ fn locate(text: &str, quote: &str) -> Option<(usize, usize)> {
         let end = last + text[last..].chars().next().map_or(1, char::len_utf8);
         return Some((start, end));
     }
-    let qwords: HashSet<String> = text::content_words(q).collect();
+    None
+}
+
+/// The sentence of `text` that shares most of `quote`'s content words (at least 60 %).
+fn locate_by_words(text: &str, quote: &str) -> Option<(usize, usize)> {
+    let qwords: HashSet<String> = text::content_words(unquote(quote)).collect();
     if qwords.is_empty() {
         return None;
     }
@@ -338,6 +352,8 @@ struct Nav<'e, 'a> {
     observation: String,
     handles: HashMap<NodeId, String>,
     by_handle: HashMap<String, NodeId>,
+    /// Nodes whose whole text the model has been shown.
+    read: HashSet<NodeId>,
     /// Model outputs rejected (malformed, unknown ids, unverifiable quotes).
     invalid: u64,
     /// The best answer the model gave that was not ready, kept for when turns run out.
@@ -360,6 +376,7 @@ pub async fn run(
         observation: String::new(),
         handles: HashMap::new(),
         by_handle: HashMap::new(),
+        read: HashSet::new(),
         invalid: 0,
         best: None,
     };
@@ -408,6 +425,12 @@ pub async fn run(
             || nav.ex.budget_left() == 0;
         let state = nav.render(last)?;
         let turn = match nav.ask(root, prompts::navigate(&state)).await {
+            Err(e) if nav.best.is_some() => {
+                nav.ex.history.push(format!(
+                    "the root model failed ({e}): the best answer so far stands"
+                ));
+                break;
+            }
             Err(e) => return nav.fall_back(format!("the root model failed: {e}")),
             Ok(Err(e)) => Err(e),
             Ok(Ok(v)) => Turn::from_json(&v),
@@ -443,10 +466,11 @@ pub async fn run(
                 confidence,
                 ready,
             } => {
-                let (cited, problems) = nav.resolve_quotes(&quotes)?;
-                let n = quotes.len().max(1) as f64;
+                let (cited, problems, share) = nav.resolve_quotes(&quotes)?;
+                // Confidence is the model's, discounted by the share of its quotes that
+                // could not be verified.
                 let confidence = if confidence.is_finite() {
-                    confidence.clamp(0.0, 1.0) * cited.len().min(quotes.len()) as f64 / n
+                    confidence.clamp(0.0, 1.0) * share
                 } else {
                     0.0
                 };
@@ -525,9 +549,16 @@ pub async fn run(
     }
     match nav.best.take() {
         Some((cited, confidence)) => {
-            nav.ex
+            if !nav
+                .ex
                 .history
-                .push("turns ran out: the best answer so far stands".into());
+                .last()
+                .is_some_and(|h| h.contains("best answer so far"))
+            {
+                nav.ex
+                    .history
+                    .push("turns ran out: the best answer so far stands".into());
+            }
             let cap = nav.ex.cfg.ready_threshold * 0.99;
             nav.finish(cited, confidence.min(cap))
         }
@@ -664,6 +695,7 @@ impl<'e, 'a> Nav<'e, 'a> {
         let tops: Vec<NodeId> = self.ex.working.iter().map(|(id, _)| *id).collect();
         if self.ex.cfg.start_level == Level::Abstract {
             let nodes = self.ex.peek(&tops)?;
+            self.read.extend(nodes.iter().map(|n| n.id));
             let mut obs = String::from("The ABSTRACT of each scope:\n");
             for n in &nodes {
                 let h = self.handle(n.id);
@@ -730,8 +762,13 @@ impl<'e, 'a> Nav<'e, 'a> {
                 .join(" ");
             let _ = writeln!(
                 s,
-                "{h} [{}] {}: {preview}{}",
+                "{h} [{}] {}{}: {preview}{}",
                 n.level,
+                if self.read.contains(id) {
+                    "(read) "
+                } else {
+                    ""
+                },
                 context_label(&n),
                 if n.text.split_whitespace().nth(30).is_some() {
                     " ..."
@@ -766,6 +803,7 @@ impl<'e, 'a> Nav<'e, 'a> {
             ));
         }
         let nodes = self.ex.peek(&ids)?;
+        self.read.extend(nodes.iter().map(|n| n.id));
         let mut obs = String::new();
         for n in &nodes {
             let h = self.handle(n.id);
@@ -849,6 +887,11 @@ impl<'e, 'a> Nav<'e, 'a> {
                 "descend: none of {} is in the working set",
                 names.join(", ")
             ));
+        }
+        // Below a FULL node is its text: descending into FULL nodes reads them.
+        if chosen.iter().all(|id| self.level_of(id) == Level::Full) {
+            let handles: Vec<String> = chosen.iter().map(|id| self.handle(*id)).collect();
+            return self.peek(&handles);
         }
         // Safeguard: keep at least `min_keep` nodes in play, best of the rest first.
         for (id, _) in self.ex.working.clone() {
@@ -969,10 +1012,12 @@ impl<'e, 'a> Nav<'e, 'a> {
 
     /// Locates each quote in a FULL chunk at or beneath its node. Returns the verified
     /// (FULL node, start, end) spans and what could not be verified.
-    fn resolve_quotes(&mut self, quotes: &[QuoteRef]) -> Result<(Vec<Cited>, Vec<String>)> {
+    fn resolve_quotes(&mut self, quotes: &[QuoteRef]) -> Result<(Vec<Cited>, Vec<String>, f64)> {
         let mut cited: Vec<Cited> = Vec::new();
         let mut problems = Vec::new();
-        for q in quotes.iter().take(self.ex.cfg.max_citations.max(1) * 2) {
+        let considered = quotes.len().min(self.ex.cfg.max_citations.max(1) * 2);
+        let mut verified = 0usize;
+        for q in &quotes[..considered] {
             let Some(id) = self.resolve(&q.id) else {
                 problems.push(format!("unknown id {:?}", q.id));
                 continue;
@@ -1002,6 +1047,33 @@ impl<'e, 'a> Nav<'e, 'a> {
                     }
                 }
             }
+            if found.is_none() && !q.quote.is_empty() {
+                // Small models mix up ids: a verbatim quote of another node the model has
+                // read is still evidence (the slip is reported).
+                let mut others: Vec<NodeId> = self
+                    .read
+                    .iter()
+                    .filter(|r| self.level_of(r) == Level::Full && !fulls.contains(r))
+                    .copied()
+                    .collect();
+                others.sort();
+                for f in others {
+                    let n = self.ex.engine.node(&f, self.ex.now)?;
+                    if let Some((s, e)) = locate_verbatim(&n.text, &q.quote) {
+                        let base = n.citations[0].start;
+                        found = Some((f, base + s as u64, base + e as u64));
+                        problems.push(format!(
+                            "quote cited as {} is in {}",
+                            q.id,
+                            self.handles.get(&f).cloned().unwrap_or_default()
+                        ));
+                        break;
+                    }
+                }
+            }
+            if found.is_some() {
+                verified += 1;
+            }
             match found {
                 Some(c) if !cited.contains(&c) => cited.push(c),
                 Some(_) => {}
@@ -1013,7 +1085,7 @@ impl<'e, 'a> Nav<'e, 'a> {
             }
         }
         cited.truncate(self.ex.cfg.max_citations.max(1));
-        Ok((cited, problems))
+        Ok((cited, problems, verified as f64 / considered.max(1) as f64))
     }
 
     fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {

@@ -834,6 +834,49 @@ fn llm_navigator_rejects_malformed_replies_and_unknown_ids() {
 }
 
 #[test]
+fn llm_navigator_accepts_a_verbatim_quote_under_the_wrong_id() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let sane = explorer("41%", "Eastgate households car");
+    mock.set(move |c| {
+        if c.kind == Kind::Action {
+            let last = last_result(&c.user);
+            if let Some(mut q) = quote_of(last, "41%") {
+                // Name the other FULL node that was read.
+                let right = q["id"].as_str().unwrap().to_string();
+                let wrong = last
+                    .lines()
+                    .filter_map(|l| l.split_once(" [full]").map(|(h, _)| h.to_string()))
+                    .find(|h| *h != right)
+                    .unwrap();
+                q["id"] = json!(wrong);
+                return action(json!({"action": "finish", "quotes": [q], "confidence": 0.9,
+                    "ready": true}));
+            }
+        }
+        sane(c)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert_eq!(r.citations.len(), 1, "{r:#?}");
+    assert!(r.citations[0].quote.contains("41%"));
+    assert_eq!(r.citations[0].speaker.as_deref(), Some("alice"));
+    assert_eq!((r.usage.fallbacks, r.usage.invalid_outputs), (0, 1));
+    assert!(
+        r.trajectory
+            .iter()
+            .any(|s| s.action == "invalid" && s.detail.contains("quote cited as")),
+        "{:#?}",
+        r.trajectory
+    );
+}
+
+#[test]
 fn llm_navigator_falls_back_to_the_offline_policy() {
     let rt = rt();
     let (mock, url) = serve(&rt);
@@ -845,6 +888,17 @@ fn llm_navigator_falls_back_to_the_offline_policy() {
         query(&rt, &engine(c, dir.path()), q)
     };
     assert!(offline_answer.answer.contains("41%"));
+
+    // `query.strategy = "offline"` keeps a configured root model out of it.
+    let e = engine(nav_cfg(&url), dir.path());
+    let mut qcfg = e.config().query.clone();
+    qcfg.strategy = "offline".into();
+    let before = mock.total();
+    let r = rt
+        .block_on(e.query_with(&["d".to_string()], q, &qcfg, T0, &NoProgress))
+        .unwrap();
+    assert_eq!(r.citations, offline_answer.citations);
+    assert_eq!((r.usage.calls, mock.total()), (0, before));
 
     // The root model is down: after its retries the offline policy answers.
     mock.set(|c| match c.kind {
@@ -1033,5 +1087,8 @@ fn real_model_end_to_end() {
         q.ready,
         q.citations.iter().map(|c| &c.quote).collect::<Vec<_>>()
     );
+    for s in &q.trajectory {
+        eprintln!("  {}: {}", s.action, s.detail);
+    }
     assert!(!q.citations.is_empty(), "{q:#?}");
 }
