@@ -409,7 +409,8 @@ async fn context(
 #[serde(deny_unknown_fields)]
 struct QueryRequest {
     query: String,
-    /// `auto` (default) or `offline`: the heuristic BM25 policy.
+    /// `auto` (default: the LLM navigator when a root model is configured, else the
+    /// offline one) or `offline` (the heuristic BM25 policy).
     #[serde(default)]
     strategy: Option<String>,
     #[serde(default)]
@@ -425,10 +426,11 @@ struct QueryRequest {
 fn query_config(s: &AppState, q: &QueryRequest) -> ApiResult<QueryConfig> {
     let mut cfg = s.engine.config().query.clone();
     match q.strategy.as_deref() {
-        None | Some("auto") | Some("offline") => {}
+        None => {}
+        Some(st @ ("auto" | "offline")) => cfg.strategy = st.into(),
         Some(other) => {
             return Err(ApiError::bad(format!(
-                "unknown strategy `{other}`: expected auto or offline"
+                "unknown strategy `{other}`: expected auto (the root model when one is configured, else offline) or offline"
             )));
         }
     }
