@@ -130,3 +130,29 @@ async fn the_sweeper_wakes_at_the_earliest_deadline() {
     assert_eq!(store.next_deadline().unwrap(), None);
     guard.stop().await;
 }
+
+#[test]
+fn warming_rebuilds_what_would_expire_soon() {
+    let rt = rt();
+    let e = samples(ttl_config(100));
+    compress(&rt, &e, "debate", T0);
+    let plan = e.plan("debate").unwrap();
+    // Nothing expires before T0 + 60: a warming build with that horizon is all hits.
+    let r = rt
+        .block_on(e.compress_with("debate", T0 + 50, Some(T0 + 60), &NoProgress))
+        .unwrap();
+    assert_eq!((r.model_calls, r.nodes_built), (0, 0));
+    // Everything expires (at T0 + 100) within a horizon of T0 + 120: rebuilt ahead of time,
+    // with deadlines counted from the warming build.
+    let r = rt
+        .block_on(e.compress_with("debate", T0 + 50, Some(T0 + 120), &NoProgress))
+        .unwrap();
+    assert_eq!(r.nodes_built, r.nodes_total);
+    let abs = e.store().get_node(&plan.abstract_id).unwrap().unwrap();
+    assert_eq!(abs.expires_at, Some(T0 + 150));
+    assert!(
+        e.store()
+            .contains_live(&plan.abstract_id, T0 + 120)
+            .unwrap()
+    );
+}
