@@ -463,10 +463,21 @@ async fn run_query(
     let cfg = query_config(s, &q)?;
     let now = unix_now();
     let t0 = Instant::now();
-    let r = s
-        .engine
-        .query_with(&scopes, &q.query, &cfg, now, &crate::build::NoProgress)
-        .await?;
+    // Navigation reads sled and tantivy synchronously between its awaits: run it on a
+    // blocking thread (driving its model calls through the runtime handle) so the
+    // executor's threads keep serving other requests.
+    let (st, sc, question) = (s.clone(), scopes.clone(), q.query.clone());
+    let handle = tokio::runtime::Handle::current();
+    let r = blocking(move || {
+        Ok(handle.block_on(st.engine.query_with(
+            &sc,
+            &question,
+            &cfg,
+            now,
+            &crate::build::NoProgress,
+        ))?)
+    })
+    .await?;
     s.metrics.observe_query(&r, t0.elapsed().as_secs_f64());
     let summary = QuerySummary {
         query: q.query.clone(),
