@@ -18,8 +18,13 @@ struct Server {
 
 impl Server {
     async fn start(dir: &Path, cfg: Config) -> Server {
+        Self::start_engine(Engine::open(dir, cfg).unwrap()).await
+    }
+
+    async fn start_engine(engine: Engine) -> Server {
+        let cfg = engine.config().clone();
         let token = (!cfg.server.token.is_empty()).then(|| cfg.server.token.clone());
-        let engine = Arc::new(Engine::open(dir, cfg).unwrap());
+        let engine = Arc::new(engine);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
@@ -457,5 +462,64 @@ async fn context_during_a_rebuild_serves_the_last_complete_view() {
         "{stale:?}"
     );
     assert!(!w["text"].as_str().unwrap().contains("20 million"));
+    s.stop().await;
+}
+
+/// A compressor that takes its time, so a build is still running when the server stops.
+struct Slow;
+
+impl strata::SubModel for Slow {
+    fn identity(&self) -> String {
+        "slow-test-model".into()
+    }
+    fn compress(
+        &self,
+        req: strata::model::CompressRequest,
+    ) -> strata::model::BoxFuture<'_, Result<String, strata::model::ModelError>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(strata::model::offline::compress(&req))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_parks_a_running_job_and_the_restart_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::default();
+    cfg.server.shutdown_grace_secs = 0;
+    let engine = Engine::open(dir.path(), cfg.clone())
+        .unwrap()
+        .with_model(Arc::new(Slow));
+    let s = Server::start_engine(engine).await;
+    let (code, v) = s
+        .post(
+            "/api/debates/d/turns",
+            turn(1, "a", "The pier costs 9 million."),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let id = v["job_id"].as_u64().unwrap();
+    // Wait until a worker has taken the job, then stop the server mid-build.
+    for _ in 0..200 {
+        if s.get(&format!("/api/jobs/{id}")).await.1["state"] == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        s.get(&format!("/api/jobs/{id}")).await.1["state"],
+        "running"
+    );
+    s.stop().await;
+
+    // The job was parked, not lost: the next server (same model) resumes and finishes it.
+    let engine = Engine::open(dir.path(), cfg)
+        .unwrap()
+        .with_model(Arc::new(Slow));
+    let s = Server::start_engine(engine).await;
+    let job = s.wait_job(id).await;
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["attempts"], 2, "{job}");
     s.stop().await;
 }
