@@ -43,15 +43,18 @@ pub struct Intent {
 
 const OUTPUT_TYPES: [&str; 6] = ["number", "date", "name", "list", "yes_no", "text"];
 
+/// A string field of a model's JSON reply, trimmed; absent or not a string is "".
+fn str_field(v: &Value, k: &str) -> String {
+    v.get(k)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
 impl Intent {
     fn from_json(v: &Value) -> std::result::Result<Intent, String> {
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        };
+        let s = |k: &str| str_field(v, k);
         let output_type = s("output_type").to_lowercase().replace([' ', '-'], "_");
         let keywords: Vec<String> = match v.get("keywords") {
             Some(Value::Array(a)) => a
@@ -178,13 +181,7 @@ impl Turn {
     /// Lenient about shape (numbers as strings, ids as a list or a string), strict about
     /// meaning: an unknown action or a missing argument is an error.
     fn from_json(v: &Value) -> std::result::Result<Turn, String> {
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        };
+        let s = |k: &str| str_field(v, k);
         let action = s("action").to_lowercase();
         let ids = ids_of(v.get("ids"));
         let need_ids = |ids: Vec<String>| {
