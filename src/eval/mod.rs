@@ -1,0 +1,767 @@
+//! The evaluation harness (`strata eval`): generates tasks from real text with a seed,
+//! runs them through the engine exactly as a user would (ingest, compress, query), scores
+//! every answer against its gold spans, and writes a JSON report, a Markdown table and a
+//! plot.
+//!
+//! Tasks: *single needle* (a unique fact planted at a controlled depth of a haystack),
+//! *multi needle* (three facts in three documents, all needed), *multi hop* (a fact found only
+//! through another), *debate recall* (planted proposals, disagreements, changes of position
+//! and same-round questions in a generated debate), and *per-level fidelity* (the share of
+//! the source's numbers, dates and names each level keeps, against deleting random sentences
+//! down to the same size).
+
+pub mod tasks;
+pub mod plot;
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::level::Level;
+use crate::navigate::QueryResult;
+use crate::node::Node;
+use crate::text;
+use tasks::{Doc, Gold, Instance, Question};
+use rand::seq::SliceRandom;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Options {
+    pub seed: u64,
+    /// Haystack sizes in tokens (needle tasks).
+    pub sizes: Vec<usize>,
+    /// Single needles planted in each haystack.
+    pub needles: usize,
+    /// Multi-needle questions (three facts each) per haystack.
+    pub multi: usize,
+    /// Multi-hop questions (two linked facts each) per haystack.
+    pub hops: usize,
+    /// Rounds of the generated debate (0 = no debate task).
+    pub debate_rounds: usize,
+    pub debate_speakers: usize,
+    pub debate_topics: usize,
+    /// Tokens of text for the fidelity task (0 = no fidelity task).
+    pub fidelity_tokens: usize,
+    /// Where the stores are made (one per task instance, removed afterwards unless `keep`).
+    #[serde(skip)]
+    pub work: PathBuf,
+    #[serde(skip)]
+    pub keep: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seed: 7,
+            sizes: vec![8_000, 32_000, 128_000, 512_000, 1_000_000, 2_000_000],
+            needles: 20,
+            multi: 4,
+            hops: 4,
+            debate_rounds: 200,
+            debate_speakers: 5,
+            debate_topics: 12,
+            fidelity_tokens: 100_000,
+            work: PathBuf::from("eval-work"),
+            keep: false,
+        }
+    }
+}
+
+/// The outcome of one question.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub instance: String,
+    pub task: &'static str,
+    pub question: String,
+    pub expected: Vec<String>,
+    pub gold: Vec<Gold>,
+    pub correct: bool,
+    /// The expected strings were all in the answer.
+    pub answered: bool,
+    pub citation_precision: f64,
+    pub citation_recall: f64,
+    pub depth: Option<f64>,
+    pub answer: String,
+    pub cited: Vec<Gold>,
+    pub tokens_to_root: u64,
+    pub sub_calls: u32,
+    pub ms: f64,
+}
+
+/// One task at one size.
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskRow {
+    pub task: String,
+    pub instance: String,
+    /// Tokens of the whole context the questions are asked of.
+    pub full_tokens: usize,
+    pub questions: usize,
+    pub correct: usize,
+    pub accuracy: f64,
+    pub citation_precision: f64,
+    pub citation_recall: f64,
+    /// Mean tokens the navigator read (what a root model would be sent) per question.
+    pub tokens_to_root: f64,
+    pub sub_calls: f64,
+    /// Mean wall time of one query, milliseconds.
+    pub query_ms: f64,
+}
+
+/// Building one instance.
+#[derive(Clone, Debug, Serialize)]
+pub struct BuildRow {
+    pub instance: String,
+    pub tokens: usize,
+    pub ingest_ms: f64,
+    pub build_ms: f64,
+    pub nodes: usize,
+    pub model_calls: u64,
+    pub fallbacks: u64,
+}
+
+/// What one level keeps of its sources' key facts.
+#[derive(Clone, Debug, Serialize)]
+pub struct LevelRow {
+    pub level: Level,
+    pub nodes: usize,
+    /// Level tokens / source tokens.
+    pub size_ratio: f64,
+    pub facts: usize,
+    pub retention: f64,
+    /// The same, for the sources with random sentences deleted down to the level's size.
+    pub baseline_retention: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub strata_version: &'static str,
+    pub options: Options,
+    pub compressor: String,
+    pub navigator: String,
+    pub corpus_documents: usize,
+    pub corpus_tokens: usize,
+    pub tasks: Vec<TaskRow>,
+    pub builds: Vec<BuildRow>,
+    pub levels: Vec<LevelRow>,
+    pub questions: Vec<Outcome>,
+    pub wall_s: f64,
+}
+
+impl Report {
+    /// Accuracy over every question of `task` (all sizes), or None when there were none.
+    pub fn accuracy(&self, task: &str) -> Option<f64> {
+        let qs: Vec<&Outcome> = self.questions.iter().filter(|q| q.task == task).collect();
+        (!qs.is_empty()).then(|| qs.iter().filter(|q| q.correct).count() as f64 / qs.len() as f64)
+    }
+
+    /// Accuracy over every debate question.
+    pub fn debate_accuracy(&self) -> Option<f64> {
+        let qs: Vec<&Outcome> = self
+            .questions
+            .iter()
+            .filter(|q| q.task.starts_with("debate"))
+            .collect();
+        (!qs.is_empty()).then(|| qs.iter().filter(|q| q.correct).count() as f64 / qs.len() as f64)
+    }
+}
+
+/// Reads every `.txt` file of `dirs` (sorted by name within a directory) as the pool.
+/// Files that are not valid UTF-8 or are empty are an error naming the file.
+pub fn load_corpus(dirs: &[PathBuf]) -> Result<Vec<Doc>> {
+    let mut docs = Vec::new();
+    for dir in dirs {
+        let io = |source| Error::Io {
+            path: dir.clone(),
+            source,
+        };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::invalid(format!(
+                "{} has no .txt files to build haystacks from",
+                dir.display()
+            )));
+        }
+        let corpus = dir
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or("corpus")
+            .to_string();
+        for f in files {
+            let bytes = std::fs::read(&f).map_err(|source| Error::Io {
+                path: f.clone(),
+                source,
+            })?;
+            let text = String::from_utf8(bytes)
+                .map_err(|e| Error::invalid(format!("{} is not UTF-8: {e}", f.display())))?;
+            let text = text.replace("\r\n", "\n");
+            if text.trim().is_empty() {
+                continue;
+            }
+            let file = f.file_name().and_then(|s| s.to_str()).unwrap_or("doc");
+            docs.push(Doc {
+                name: format!("{corpus}/{file}"),
+                text,
+                tokens: 0,
+            });
+        }
+    }
+    use rayon::prelude::*;
+    docs.par_iter_mut()
+        .for_each(|d| d.tokens = crate::token::count(&d.text));
+    Ok(docs)
+}
+
+/// Runs the tasks. `log` gets one line per finished step.
+pub async fn run(
+    cfg: &Config,
+    opts: &Options,
+    corpus: &[Doc],
+    log: &(dyn Fn(String) + Send + Sync),
+) -> Result<Report> {
+    let t0 = Instant::now();
+    if corpus.is_empty() {
+        return Err(Error::invalid("the corpus is empty"));
+    }
+    // The pool in a seeded order: each corpus directory shuffled, the directories kept in
+    // the order given (so the first — e.g. the essays — makes the small haystacks).
+    let mut pool: Vec<Doc> = Vec::new();
+    let mut by_dir: BTreeMap<usize, Vec<Doc>> = BTreeMap::new();
+    let mut dirs: Vec<String> = Vec::new();
+    for d in corpus {
+        let dir = d.name.split('/').next().unwrap_or("").to_string();
+        let i = match dirs.iter().position(|x| *x == dir) {
+            Some(i) => i,
+            None => {
+                dirs.push(dir);
+                dirs.len() - 1
+            }
+        };
+        by_dir.entry(i).or_default().push(d.clone());
+    }
+    let mut rng = tasks::rng(opts.seed, "pool");
+    for (_, mut docs) in by_dir {
+        docs.shuffle(&mut rng);
+        pool.extend(docs);
+    }
+    let corpus_tokens = pool.iter().map(|d| d.tokens).sum();
+    let mut names = tasks::Names::new(tasks::words_of(&pool));
+    let mut report = Report {
+        strata_version: env!("CARGO_PKG_VERSION"),
+        options: opts.clone(),
+        compressor: String::new(),
+        navigator: String::new(),
+        corpus_documents: pool.len(),
+        corpus_tokens,
+        tasks: Vec::new(),
+        builds: Vec::new(),
+        levels: Vec::new(),
+        questions: Vec::new(),
+        wall_s: 0.0,
+    };
+    std::fs::create_dir_all(&opts.work).map_err(|source| Error::Io {
+        path: opts.work.clone(),
+        source,
+    })?;
+
+    // Needle haystacks, one per size.
+    for &size in &opts.sizes {
+        let mut rng = tasks::rng(opts.seed, &format!("haystack/{size}"));
+        let mut plants = Vec::new();
+        for _ in 0..opts.needles {
+            plants.push(tasks::single_fact(&mut rng, &mut names));
+        }
+        for _ in 0..opts.multi {
+            plants.push(tasks::multi_fact(&mut rng, &mut names));
+        }
+        for _ in 0..opts.hops {
+            plants.push(tasks::hop_fact(&mut rng, &mut names));
+        }
+        let name = format!("haystack-{}", human_tokens(size));
+        let inst = tasks::haystack(&pool, size, plants, &mut rng, &name)?;
+        run_instance(cfg, opts, inst, &mut report, log).await?;
+    }
+
+    // The debate.
+    if opts.debate_rounds > 0 {
+        let mut rng = tasks::rng(opts.seed, "debate");
+        let filler = tasks::filler_sentences(&pool, 20_000);
+        let inst = tasks::debate(
+            &filler,
+            opts.debate_rounds,
+            opts.debate_speakers,
+            opts.debate_topics,
+            &mut rng,
+            &mut names,
+            &format!("debate-{}r", opts.debate_rounds),
+        )?;
+        run_instance(cfg, opts, inst, &mut report, log).await?;
+    }
+
+    // Fidelity.
+    if opts.fidelity_tokens > 0 {
+        report.levels = fidelity(cfg, opts, &pool, log).await?;
+    }
+    report.wall_s = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn open_fresh(opts: &Options, name: &str, cfg: &Config) -> Result<(Engine, PathBuf)> {
+    let dir = opts.work.join(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let engine = Engine::open(&dir, cfg.clone())?;
+    Ok((engine, dir))
+}
+
+fn cleanup(opts: &Options, engine: Engine, dir: &Path) {
+    drop(engine);
+    if !opts.keep {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+async fn run_instance(
+    cfg: &Config,
+    opts: &Options,
+    inst: Instance,
+    report: &mut Report,
+    log: &(dyn Fn(String) + Send + Sync),
+) -> Result<()> {
+    let (engine, dir) = open_fresh(opts, &inst.name, cfg)?;
+    report.compressor = engine.model_identity();
+    report.navigator = if cfg.model.root.is_empty() || cfg.model.root == "offline" {
+        "offline".into()
+    } else {
+        cfg.model.root.clone()
+    };
+    let now = crate::engine::unix_now();
+    let t = Instant::now();
+    engine.ingest(&inst.name, &inst.files, now)?;
+    let ingest_ms = ms(t);
+    let t = Instant::now();
+    let b = engine
+        .compress(&inst.name, now, &crate::build::NoProgress)
+        .await?;
+    let build_ms = ms(t);
+    if !b.failures.is_empty() {
+        return Err(Error::invalid(format!(
+            "{}: {} node(s) could not be built (first: {})",
+            inst.name,
+            b.failures.len(),
+            b.failures[0].error
+        )));
+    }
+    report.builds.push(BuildRow {
+        instance: inst.name.clone(),
+        tokens: inst.tokens,
+        ingest_ms,
+        build_ms,
+        nodes: b.nodes_total,
+        model_calls: b.model_calls,
+        fallbacks: b.fallbacks,
+    });
+    let mut outcomes = Vec::new();
+    for q in &inst.questions {
+        let t = Instant::now();
+        let r = engine
+            .query(
+                std::slice::from_ref(&inst.name),
+                &q.question,
+                now,
+                &crate::build::NoProgress,
+            )
+            .await?;
+        outcomes.push(score(&inst.name, q, &r, ms(t)));
+    }
+    let mut tasks: Vec<&'static str> = outcomes.iter().map(|o| o.task).collect();
+    tasks.dedup();
+    let tasks: Vec<&'static str> = tasks
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut line = format!(
+        "{}: {} tokens, ingest {:.1} s, build {:.1} s ({} nodes, {} model calls)",
+        inst.name,
+        inst.tokens,
+        ingest_ms / 1000.0,
+        build_ms / 1000.0,
+        b.nodes_total,
+        b.model_calls
+    );
+    for task in tasks {
+        let row = summarise(task, &inst.name, inst.tokens, &outcomes);
+        line.push_str(&format!("; {task} {}/{}", row.correct, row.questions));
+        report.tasks.push(row);
+    }
+    log(line);
+    report.questions.extend(outcomes);
+    cleanup(opts, engine, &dir);
+    Ok(())
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+fn norm(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// A citation hits a gold span when one contains the other (a cited sentence inside the
+/// gold turn, or a cited sentence pair around the gold sentence).
+fn hits(c: &Gold, g: &Gold) -> bool {
+    c.source == g.source
+        && ((c.start <= g.start && c.end >= g.end) || (g.start <= c.start && c.end <= g.end))
+}
+
+/// Scores one answer: correct = every expected string in the answer (plus, for debates,
+/// the cited speakers) AND every gold span cited (the first citation, for "who first").
+pub fn score(instance: &str, q: &Question, r: &QueryResult, ms: f64) -> Outcome {
+    let cited: Vec<Gold> = r
+        .citations
+        .iter()
+        .map(|c| Gold {
+            source: c.source.clone(),
+            start: c.start,
+            end: c.end,
+        })
+        .collect();
+    let mut answer = r.answer.clone();
+    for c in &r.citations {
+        if let Some(s) = &c.speaker {
+            answer.push_str(&format!(" [{s}]"));
+        }
+    }
+    let hay = norm(&answer);
+    let answered = q.answers.iter().all(|a| hay.contains(&norm(a)));
+    let gold_hit: Vec<bool> = q
+        .gold
+        .iter()
+        .map(|g| {
+            if q.first_only {
+                cited.first().is_some_and(|c| hits(c, g))
+            } else {
+                cited.iter().any(|c| hits(c, g))
+            }
+        })
+        .collect();
+    let recall = gold_hit.iter().filter(|h| **h).count() as f64 / q.gold.len().max(1) as f64;
+    let precision = if cited.is_empty() {
+        0.0
+    } else {
+        cited
+            .iter()
+            .filter(|c| q.gold.iter().any(|g| hits(c, g)))
+            .count() as f64
+            / cited.len() as f64
+    };
+    let correct = answered && gold_hit.iter().all(|h| *h);
+    Outcome {
+        instance: instance.to_string(),
+        task: q.task,
+        question: q.question.clone(),
+        expected: q.answers.clone(),
+        gold: q.gold.clone(),
+        correct,
+        answered,
+        citation_precision: precision,
+        citation_recall: recall,
+        depth: q.depth,
+        answer: answer.chars().take(400).collect(),
+        cited,
+        tokens_to_root: r.tokens_processed,
+        sub_calls: r.sub_calls_made,
+        ms,
+    }
+}
+
+fn summarise(task: &str, instance: &str, full_tokens: usize, all: &[Outcome]) -> TaskRow {
+    let qs: Vec<&Outcome> = all.iter().filter(|o| o.task == task).collect();
+    let n = qs.len().max(1) as f64;
+    let mean = |f: &dyn Fn(&Outcome) -> f64| qs.iter().map(|o| f(o)).sum::<f64>() / n;
+    let correct = qs.iter().filter(|o| o.correct).count();
+    TaskRow {
+        task: task.to_string(),
+        instance: instance.to_string(),
+        full_tokens,
+        questions: qs.len(),
+        correct,
+        accuracy: correct as f64 / n,
+        citation_precision: mean(&|o| o.citation_precision),
+        citation_recall: mean(&|o| o.citation_recall),
+        tokens_to_root: mean(&|o| o.tokens_to_root as f64),
+        sub_calls: mean(&|o| o.sub_calls as f64),
+        query_ms: mean(&|o| o.ms),
+    }
+}
+
+// ------------------------------------------------------------------ fidelity
+
+/// Key facts of `text` (numbers, dates, named entities), normalised.
+fn key_facts(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for s in text::sentences(text) {
+        let f = text::facts(&text[s.start..s.end]);
+        for x in f.numbers.iter().chain(&f.dates).chain(&f.entities) {
+            let x = x
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase();
+            if x.chars().count() >= 2 {
+                out.insert(x);
+            }
+        }
+    }
+    out
+}
+
+fn kept(facts: &BTreeSet<String>, text: &str) -> usize {
+    let t = text.to_lowercase();
+    facts.iter().filter(|f| t.contains(f.as_str())).count()
+}
+
+/// `src` with random sentences deleted until it fits in `tokens`.
+fn random_deletion(src: &str, tokens: usize, rng: &mut rand_chacha::ChaCha8Rng) -> String {
+    let sents: Vec<(usize, &str, usize)> = text::sentences(src)
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let t = &src[s.start..s.end];
+            (i, t, crate::token::count(t))
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..sents.len()).collect();
+    order.shuffle(rng);
+    let mut keep = vec![false; sents.len()];
+    let mut used = 0;
+    for i in order {
+        if used + sents[i].2 <= tokens {
+            used += sents[i].2;
+            keep[i] = true;
+        }
+    }
+    sents
+        .iter()
+        .filter(|(i, _, _)| keep[*i])
+        .map(|(_, t, _)| *t)
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+async fn fidelity(
+    cfg: &Config,
+    opts: &Options,
+    pool: &[Doc],
+    log: &(dyn Fn(String) + Send + Sync),
+) -> Result<Vec<LevelRow>> {
+    let mut files = Vec::new();
+    let mut have = 0;
+    for d in pool {
+        if have >= opts.fidelity_tokens {
+            break;
+        }
+        have += d.tokens;
+        files.push(crate::source::InputFile::single(
+            crate::store::ScopeKind::Doc,
+            &d.name,
+            crate::source::SourceInput {
+                id: d.name.clone(),
+                text: d.text.clone(),
+                round: None,
+                speaker: None,
+            },
+        ));
+    }
+    let name = "fidelity";
+    let (engine, dir) = open_fresh(opts, name, cfg)?;
+    let now = crate::engine::unix_now();
+    engine.ingest(name, &files, now)?;
+    engine
+        .compress(name, now, &crate::build::NoProgress)
+        .await?;
+    let plan = engine.plan(name)?;
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
+    for s in &plan.sources {
+        texts.insert(s.id.clone(), engine.source_text(name, &s.id)?);
+    }
+    let source_of = |n: &Node| -> String {
+        n.citations
+            .iter()
+            .map(|s| &texts[&s.source][s.start as usize..s.end as usize])
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    };
+    let mut by_level: BTreeMap<Level, Vec<Node>> = BTreeMap::new();
+    for c in &plan.chunks {
+        by_level
+            .entry(Level::Detailed)
+            .or_default()
+            .push(engine.node(&c.detailed, now)?);
+    }
+    for g in &plan.groups {
+        by_level
+            .entry(Level::Summary)
+            .or_default()
+            .push(engine.node(&g.summary, now)?);
+    }
+    by_level
+        .entry(Level::Abstract)
+        .or_default()
+        .push(engine.node(&plan.abstract_id, now)?);
+    let mut metas: Vec<_> = plan.metadata.iter().collect();
+    metas.sort();
+    let mut meta_nodes = Vec::new();
+    for (target, meta) in metas {
+        let t = engine.node(target, now)?;
+        let mut m = engine.node(meta, now)?;
+        // A METADATA node cites what its target cites.
+        m.citations = t.citations.clone();
+        meta_nodes.push(m);
+    }
+    by_level.insert(Level::Metadata, meta_nodes);
+    let mut rows = Vec::new();
+    let mut rng = tasks::rng(opts.seed, "fidelity");
+    for (level, nodes) in by_level {
+        let (mut facts, mut retained, mut base, mut lvl_tok, mut src_tok) = (0, 0, 0.0, 0, 0);
+        for n in &nodes {
+            let src = source_of(n);
+            let f = key_facts(&src);
+            facts += f.len();
+            retained += kept(&f, &n.text);
+            let trials = 3;
+            let mut b = 0;
+            for _ in 0..trials {
+                b += kept(&f, &random_deletion(&src, n.tokens as usize, &mut rng));
+            }
+            base += b as f64 / trials as f64;
+            lvl_tok += n.tokens as usize;
+            src_tok += crate::token::count(&src);
+        }
+        let row = LevelRow {
+            level,
+            nodes: nodes.len(),
+            size_ratio: lvl_tok as f64 / src_tok.max(1) as f64,
+            facts,
+            retention: retained as f64 / facts.max(1) as f64,
+            baseline_retention: base / facts.max(1) as f64,
+        };
+        log(format!(
+            "fidelity {}: {} nodes at {:.1} % of the source size keep {:.1} % of {} facts (random deletion: {:.1} %)",
+            level,
+            row.nodes,
+            100.0 * row.size_ratio,
+            100.0 * row.retention,
+            row.facts,
+            100.0 * row.baseline_retention
+        ));
+        rows.push(row);
+    }
+    cleanup(opts, engine, &dir);
+    Ok(rows)
+}
+
+// ------------------------------------------------------------------ output
+
+pub fn human_tokens(n: usize) -> String {
+    if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000_000 {
+        format!("{:.1}M", n as f64 / 1e6)
+    } else if n >= 1000 {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Parses `8k`, `2M`, `128000`.
+pub fn parse_tokens(s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1_000.0),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1_000_000.0),
+        _ => (s, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| Error::invalid(format!("`{s}` is not a token count (e.g. 8k, 512k, 2M)")))?;
+    if !(v > 0.0) || v * mul > 1e9 {
+        return Err(Error::invalid(format!(
+            "`{s}`: a size must be between 1 and 1,000M tokens"
+        )));
+    }
+    Ok((v * mul) as usize)
+}
+
+/// The report as Markdown tables.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "Seed {}, compressor `{}`, navigator `{}`, corpus {} documents / {} tokens, {:.0} s in all.\n\n",
+        r.options.seed, r.compressor, r.navigator, r.corpus_documents, r.corpus_tokens, r.wall_s
+    ));
+    s.push_str("| task | context | questions | accuracy | citation precision | citation recall | tokens to root (mean) | full context tokens | sub-calls (mean) | query ms (mean) |\n");
+    s.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    for t in &r.tasks {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.0} | {} | {:.1} | {:.1} |\n",
+            t.task,
+            t.instance,
+            t.questions,
+            t.accuracy,
+            t.citation_precision,
+            t.citation_recall,
+            t.tokens_to_root,
+            t.full_tokens,
+            t.sub_calls,
+            t.query_ms
+        ));
+    }
+    if !r.levels.is_empty() {
+        s.push_str("\n| level | nodes | size vs source | key facts | kept | random-deletion baseline |\n");
+        s.push_str("|---|--:|--:|--:|--:|--:|\n");
+        for l in &r.levels {
+            s.push_str(&format!(
+                "| {} | {} | {:.1} % | {} | {:.1} % | {:.1} % |\n",
+                l.level,
+                l.nodes,
+                100.0 * l.size_ratio,
+                l.facts,
+                100.0 * l.retention,
+                100.0 * l.baseline_retention
+            ));
+        }
+    }
+    if !r.builds.is_empty() {
+        s.push_str("\n| instance | tokens | ingest s | build s | nodes | model calls | fallbacks |\n");
+        s.push_str("|---|--:|--:|--:|--:|--:|--:|\n");
+        for b in &r.builds {
+            s.push_str(&format!(
+                "| {} | {} | {:.1} | {:.1} | {} | {} | {} |\n",
+                b.instance,
+                b.tokens,
+                b.ingest_ms / 1000.0,
+                b.build_ms / 1000.0,
+                b.nodes,
+                b.model_calls,
+                b.fallbacks
+            ));
+        }
+    }
+    s
+}
