@@ -368,16 +368,359 @@ pub fn context_label(n: &Node) -> String {
 }
 
 /// The offline policy: BM25 drives the descent, sentences are the answer.
+/// What a question asks beyond its words: order in time, a round named by what happened in
+/// it, and which named speakers are the ones speaking (subjects) rather than spoken about
+/// ("who disagreed *with* Okafor").
+#[derive(Debug, Default)]
+struct Cues {
+    earliest: bool,
+    latest: bool,
+    /// "What did X propose in the round where Y moved …": (main question, anchor clause).
+    same_round: Option<(String, String)>,
+    /// Analysed terms of speakers the question names as the speaker.
+    subjects: HashSet<String>,
+    /// Analysed terms of speakers the question names as someone spoken about.
+    objects: HashSet<String>,
+}
+
+/// Words after which a named speaker is the one spoken about, not the one speaking.
+const OBJECT_MARKERS: &[&str] = &[
+    "with", "to", "against", "from", "than", "about", "for", "at", "toward", "towards",
+];
+const EARLIEST: &[&str] = &["first", "earliest", "initially", "originally", "initial"];
+const LATEST: &[&str] = &["last", "latest", "final", "finally", "lastly", "recent"];
+const SAME_ROUND: &[&str] = &[
+    " in the round where ",
+    " in the round when ",
+    " in the round in which ",
+    " in the same round as ",
+    " in the same round where ",
+    " in the same round that ",
+];
+
+/// Query-time normalisation: one line, single spaces, no trailing question mark or
+/// quotes, so that the surface of a question does not change what it retrieves.
+pub fn normalise_question(q: &str) -> String {
+    q.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_matches(|c: char| c == '?' || c == '"' || c == '\'' || c == '“' || c == '”')
+        .trim()
+        .to_string()
+}
+
+impl Cues {
+    fn of(ex: &Explorer<'_>, q: &str) -> Cues {
+        let index = ex.engine.index();
+        let words: Vec<String> = q
+            .split(|c: char| !c.is_alphanumeric() && c != '\'')
+            .filter(|w| !w.is_empty())
+            .map(|w| w.trim_end_matches("'s").to_lowercase())
+            .collect();
+        let mut c = Cues {
+            earliest: words.iter().any(|w| EARLIEST.contains(&w.as_str())),
+            latest: words.iter().any(|w| LATEST.contains(&w.as_str())),
+            ..Default::default()
+        };
+        let lower = format!(" {} ", q.to_lowercase());
+        for m in SAME_ROUND {
+            if let Some(i) = lower.find(m) {
+                let main = lower[..i].trim().to_string();
+                let anchor = lower[i + m.len()..].trim().to_string();
+                if !main.is_empty() && !anchor.is_empty() {
+                    // Keep the original casing (names) of both halves.
+                    let off = i.saturating_sub(1);
+                    let orig_main = q.get(..off).unwrap_or(&main).trim().to_string();
+                    let orig_anchor = q
+                        .get(off + m.len() - 1..)
+                        .unwrap_or(&anchor)
+                        .trim()
+                        .to_string();
+                    c.same_round = Some((orig_main, orig_anchor));
+                }
+                break;
+            }
+        }
+        let mut speakers: HashSet<String> = HashSet::new();
+        for p in &ex.plans {
+            for s in &p.sources {
+                if let Some(sp) = &s.speaker {
+                    speakers.insert(sp.to_lowercase());
+                }
+            }
+        }
+        for (i, w) in words.iter().enumerate() {
+            if !speakers.contains(w) {
+                continue;
+            }
+            let object = i > 0 && OBJECT_MARKERS.contains(&words[i - 1].as_str());
+            for t in index.analyze(w) {
+                if object {
+                    c.objects.insert(t);
+                } else {
+                    c.subjects.insert(t);
+                }
+            }
+        }
+        // A name both spoken and spoken about (rare) counts as the speaker.
+        let both: Vec<String> = c.objects.intersection(&c.subjects).cloned().collect();
+        for t in both {
+            c.objects.remove(&t);
+        }
+        c
+    }
+}
+
+/// A candidate answer span: one sentence of a read chunk, or two adjacent ones.
+struct Cand {
+    node: NodeId,
+    start: u64,
+    end: u64,
+    quote: String,
+    tf: BTreeMap<String, u32>,
+    ctx: BTreeSet<String>,
+    len: usize,
+    score: f64,
+    rank: usize,
+    round: Option<u32>,
+}
+
+/// What one pass of retrieval chose.
+struct Selection {
+    /// (FULL node, start, end, quote), the primary citation first.
+    cited: Vec<(NodeId, u64, u64, String)>,
+    covered: BTreeSet<String>,
+    idf: BTreeMap<String, f64>,
+    rounds: Vec<Option<u32>>,
+}
+
+impl Selection {
+    fn confidence(&self) -> f64 {
+        let total: f64 = self.idf.values().sum::<f64>().max(1e-9);
+        self.covered
+            .iter()
+            .filter_map(|t| self.idf.get(t))
+            .sum::<f64>()
+            / total
+    }
+}
+
+/// The offline policy: BM25 (fused with dense retrieval when configured) drives the
+/// descent, sentences are the answer. Questions that name a round by what happened in it
+/// are answered in two steps; answers that leave question terms uncovered and name
+/// something the question does not (a bridge) get a second hop.
 pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
-    let cfg = ex.cfg.clone();
-    let terms = ex.engine.index().analyze(question);
+    let question = normalise_question(question);
+    let terms = ex.engine.index().analyze(&question);
     if terms.is_empty() {
         ex.history
             .push("the question has no searchable words (only stop words?)".into());
         return ex.finish(Vec::new(), 0.0);
     }
+    let cues = Cues::of(&ex, &question);
+    if let Some((main, anchor)) = &cues.same_round
+        && let Some(sel) = same_round(&mut ex, main, anchor)?
+    {
+        let confidence = sel.confidence();
+        return ex.finish(strip(sel.cited), confidence);
+    }
+    let Some(mut sel) = answer(&mut ex, &question, &cues, true)? else {
+        return ex.finish(Vec::new(), 0.0);
+    };
+    if sel.confidence() < 0.999 && !ex.exhausted() {
+        second_hop(&mut ex, &question, &cues, &mut sel)?;
+    }
+    let confidence = sel.confidence();
+    ex.finish(strip(sel.cited), confidence)
+}
 
+fn strip(cited: Vec<(NodeId, u64, u64, String)>) -> Vec<(NodeId, u64, u64)> {
+    cited.into_iter().map(|(n, s, e, _)| (n, s, e)).collect()
+}
+
+/// Names in `quote` the question does not contain, rarest first: what a second hop looks
+/// for ("… baked by a chef called Tircaltir." → "Tircaltir").
+fn bridges(ex: &Explorer<'_>, quote: &str, question_terms: &[String]) -> Vec<(String, f64)> {
+    let index = ex.engine.index();
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for e in text::facts(quote).entities {
+        let ts = index.analyze(&e);
+        if ts.is_empty() || ts.iter().all(|t| question_terms.contains(t)) {
+            continue;
+        }
+        let idf = ts.iter().map(|t| index.idf(t)).fold(0.0, f64::max);
+        if !out.iter().any(|(x, _)| *x == e) {
+            out.push((e, idf));
+        }
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+/// Multi-hop: the first answer names something (a bridge) and leaves question terms
+/// uncovered; ask for the bridge together with the uncovered terms and add the best
+/// sentence that contains the bridge.
+fn second_hop(
+    ex: &mut Explorer<'_>,
+    question: &str,
+    cues: &Cues,
+    sel: &mut Selection,
+) -> Result<()> {
+    let terms: Vec<String> = sel.idf.keys().cloned().collect();
+    let uncovered: Vec<String> = terms
+        .iter()
+        .filter(|t| !sel.covered.contains(*t))
+        .cloned()
+        .collect();
+    let Some((_, _, _, quote)) = sel.cited.first() else {
+        return Ok(());
+    };
+    let Some((bridge, _)) = bridges(ex, quote, &terms).into_iter().next() else {
+        return Ok(());
+    };
+    // The uncovered words as the question has them (the index's terms are stems).
+    let index = ex.engine.index();
+    let words: Vec<&str> = question
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| {
+            let a = index.analyze(w);
+            !a.is_empty() && a.iter().all(|t| uncovered.contains(t))
+        })
+        .collect();
+    let hop_q = format!("{bridge} {}", words.join(" "));
+    ex.history
+        .push(format!("second hop through {bridge:?}: {hop_q:?}"));
+    let bridge_terms = index.analyze(&bridge);
+    let hop_cues = Cues {
+        subjects: cues.subjects.clone(),
+        objects: cues.objects.clone(),
+        ..Default::default()
+    };
+    let Some(hop) = answer(ex, &hop_q, &hop_cues, false)? else {
+        return Ok(());
+    };
+    // The best hop sentence that names the bridge and is not cited already.
+    let found = hop.cited.iter().find_map(|c| {
+        let (n, s, e, q) = c;
+        let fresh = !sel.cited.iter().any(|(m, a, b, _)| m == n && a < e && s < b);
+        let got = index.analyze(q);
+        (fresh && bridge_terms.iter().all(|t| got.contains(t))).then(|| (c.clone(), got))
+    });
+    let Some((best, got)) = found.filter(|(_, got)| uncovered.iter().any(|t| got.contains(t)))
+    else {
+        ex.history
+            .push("second hop found nothing that links the bridge to the question".into());
+        return Ok(());
+    };
+    let max = ex.cfg.max_citations.max(2);
+    if sel.cited.len() >= max {
+        sel.cited.truncate(max - 1);
+        sel.rounds.truncate(max - 1);
+    }
+    sel.cited.push(best);
+    sel.rounds.push(None);
+    sel.covered
+        .extend(got.into_iter().filter(|t| sel.idf.contains_key(t)));
+    Ok(())
+}
+
+/// "What did X propose in the round where Y moved …": find the anchor turn, then answer the
+/// main question from X's turns of that round. None when the anchor or the speaker's turn
+/// cannot be found (the caller answers the whole question instead).
+fn same_round(ex: &mut Explorer<'_>, main: &str, anchor: &str) -> Result<Option<Selection>> {
+    let main_cues = Cues::of(ex, main);
+    if main_cues.subjects.is_empty() {
+        return Ok(None);
+    }
+    let anchor_cues = Cues::of(ex, anchor);
+    let Some(a) = answer(ex, anchor, &anchor_cues, true)? else {
+        return Ok(None);
+    };
+    let Some(Some(round)) = a.rounds.first().copied() else {
+        return Ok(None);
+    };
+    // The main speaker's turns in that round.
+    let index = ex.engine.index();
+    let mut turns: Vec<NodeId> = Vec::new();
+    for p in &ex.plans {
+        for c in &p.chunks {
+            let s = &p.sources[c.source];
+            if s.round == Some(round)
+                && s.speaker.as_ref().is_some_and(|sp| {
+                    index
+                        .analyze(sp)
+                        .iter()
+                        .any(|t| main_cues.subjects.contains(t))
+                })
+            {
+                turns.push(c.full);
+            }
+        }
+    }
+    if turns.is_empty() {
+        ex.history.push(format!(
+            "round {round} has no turn by the speaker the question names"
+        ));
+        return Ok(None);
+    }
+    ex.history.push(format!(
+        "the anchor is in round {round}: reading {} turn(s) of the named speaker",
+        turns.len()
+    ));
+    ex.working = turns.iter().map(|id| (*id, 1.0)).collect();
+    let chunks = ex.peek(&turns)?;
+    let terms = index.analyze(main);
+    let idf: BTreeMap<String, f64> = terms.iter().map(|t| (t.clone(), index.idf(t))).collect();
+    let rank: HashMap<NodeId, f64> = turns.iter().map(|id| (*id, 1.0)).collect();
+    let mut cands = candidates(ex, &chunks, &idf, &rank, &main_cues);
+    cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));
+    // No sentence shares a word with the main question: the turn's first sentence stands
+    // for it (the question asked what this speaker said then).
+    let main_pick = match cands.first() {
+        Some(c) => (c.node, c.start, c.end, c.quote.clone(), c.tf.keys().cloned().collect()),
+        None => {
+            let n = &chunks[0];
+            let Some(s) = text::sentences(&n.text).into_iter().next() else {
+                return Ok(None);
+            };
+            let base = n.citations[0].start;
+            (
+                n.id,
+                base + s.start as u64,
+                base + s.end as u64,
+                n.text[s.start..s.end].to_string(),
+                BTreeSet::new(),
+            )
+        }
+    };
+    let mut covered: BTreeSet<String> = main_pick.4;
+    covered.extend(main_cues.subjects.iter().filter(|t| idf.contains_key(*t)).cloned());
+    let mut cited = vec![(main_pick.0, main_pick.1, main_pick.2, main_pick.3)];
+    let mut rounds = vec![Some(round)];
+    if let Some(first) = a.cited.first() {
+        cited.push(first.clone());
+        rounds.push(Some(round));
+    }
+    Ok(Some(Selection {
+        cited,
+        covered,
+        idf,
+        rounds,
+    }))
+}
+
+/// Steps 1–4 of a pass: rank scopes, pick groups, pick chunks, read them. Returns the read
+/// chunks and how well each matched as a whole (normalised to the best).
+fn retrieve(
+    ex: &mut Explorer<'_>,
+    question: &str,
+    cues: &Cues,
+    first_pass: bool,
+) -> Result<Option<(Vec<Node>, HashMap<NodeId, f64>)>> {
+    let cfg = ex.cfg.clone();
+    let widen = if cues.earliest || cues.latest { 2 } else { 1 };
     // 1. Start at the top: read the abstracts (several scopes: rank them first).
+    ex.working = ex.plans.iter().map(|p| (p.abstract_id, 0.0)).collect();
     let abstracts: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
     if ex.plans.len() > 1 {
         let hits = ex.grep(
@@ -407,7 +750,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         );
     }
     let top: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
-    if cfg.start_level == Level::Abstract {
+    if first_pass && cfg.start_level == Level::Abstract {
         ex.peek(&top)?;
     }
 
@@ -435,7 +778,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
     }
     if group_score.is_empty() {
         ex.history.push("no passage matches the question".into());
-        return ex.finish(Vec::new(), 0.0);
+        return Ok(None);
     }
     let ranked: Vec<(NodeId, f32)> = summaries
         .iter()
@@ -444,7 +787,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
     ex.working = summaries.iter().map(|s| (*s, 0.0)).collect();
     ex.narrow_to(
         ranked,
-        cfg.top_groups,
+        cfg.top_groups * widen,
         "grep over summary/detailed/full picked groups",
     );
 
@@ -496,7 +839,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
             .retain(|(id, _)| matches!(ex.places.get(id), Some(Place::Full(..))));
         ex.narrow_to(
             ranked,
-            cfg.top_chunks,
+            cfg.top_chunks * widen,
             "grep within the groups picked chunks",
         );
     }
@@ -519,7 +862,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         ex.working = down.iter().map(|id| (*id, 0.0)).collect();
         frontier = down;
     }
-    fulls.truncate(cfg.top_chunks.max(cfg.min_keep));
+    fulls.truncate((cfg.top_chunks * widen).max(cfg.min_keep));
     // How well each chunk as a whole matched (normalised to the best): a sentence inherits
     // some of its chunk's evidence, so the right passage beats a stray short sentence.
     let chunk_rank: HashMap<NodeId, f64> = {
@@ -536,36 +879,37 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
     };
     ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
     let chunks = ex.peek(&fulls)?;
+    Ok(Some((chunks, chunk_rank)))
+}
 
-    // 5. Score sentences: BM25 over the candidate sentences (so a long sentence does not win
-    //    by sheer length), plus half credit for question terms that name the chunk's
-    //    speaker, round or document.
-    // Ordered maps: float sums must not depend on hash order (same answer in every process).
-    let idf: BTreeMap<String, f64> = terms
-        .iter()
-        .map(|t| (t.clone(), ex.engine.index().idf(t)))
-        .collect();
+/// Scores every sentence (and adjacent pair) of the read chunks: BM25 over the candidate
+/// sentences (so a long sentence does not win by sheer length), plus credit for question
+/// terms that name the chunk's speaker, round or document.
+fn candidates(
+    ex: &Explorer<'_>,
+    chunks: &[Node],
+    idf: &BTreeMap<String, f64>,
+    chunk_rank: &HashMap<NodeId, f64>,
+    cues: &Cues,
+) -> Vec<Cand> {
+    let index = ex.engine.index();
     let total: f64 = idf.values().sum::<f64>().max(1e-9);
-    struct Cand {
-        node: NodeId,
-        start: u64,
-        end: u64,
-        tf: BTreeMap<String, u32>,
-        ctx: BTreeSet<String>,
-        len: usize,
-        score: f64,
-        rank: usize,
-    }
     let mut cands = Vec::new();
     for (rank, n) in chunks.iter().enumerate() {
         let base = n.citations[0].start;
-        let ctx: BTreeSet<String> = ex
-            .engine
-            .index()
+        // A speaker spoken about is not credited for being the turn's speaker.
+        let ctx: BTreeSet<String> = index
             .analyze(&context_label(n))
             .into_iter()
-            .filter(|t| idf.contains_key(t))
+            .filter(|t| idf.contains_key(t) && !cues.objects.contains(t))
             .collect();
+        let round = match ex.place(&n.id) {
+            Some(Place::Full(pi, ci)) => {
+                let p = &ex.plans[pi];
+                p.sources[p.chunks[ci].source].round
+            }
+            _ => None,
+        };
         for s in text::sentences(&n.text) {
             let raw = &n.text[s.start..s.end];
             let trimmed_start = s.start + (raw.len() - raw.trim_start().len());
@@ -573,7 +917,7 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
             if trimmed_end <= trimmed_start {
                 continue;
             }
-            let all = ex.engine.index().analyze_all(raw);
+            let all = index.analyze_all(raw);
             let len = all.len().max(1);
             let mut tf: BTreeMap<String, u32> = BTreeMap::new();
             for t in all {
@@ -588,11 +932,13 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
                 node: n.id,
                 start: base + trimmed_start as u64,
                 end: base + trimmed_end as u64,
+                quote: n.text[trimmed_start..trimmed_end].to_string(),
                 tf,
                 ctx: ctx.clone(),
                 len,
                 score: 0.0,
                 rank,
+                round,
             });
         }
     }
@@ -614,37 +960,25 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         for (t, f) in &b.tf {
             *tf.entry(t.clone()).or_insert(0) += f;
         }
+        let n = chunks.iter().find(|n| n.id == a.node).expect("own chunk");
+        let base = n.citations[0].start;
+        let quote = n.text[(a.start - base) as usize..(b.end - base) as usize].to_string();
         cands.push(Cand {
             node: a.node,
             start: a.start,
             end: b.end,
+            quote,
             tf,
             ctx: a.ctx.clone(),
             len: a.len + b.len,
             score: 0.0,
             rank: a.rank,
+            round: a.round,
         });
     }
-    // A question that names a speaker asks what that speaker said: their turns get full
-    // credit for the name, and other speakers merely mentioning them get none.
-    let mut speaker_terms: HashSet<String> = HashSet::new();
-    for p in &ex.plans {
-        let mut names: HashSet<&str> = HashSet::new();
-        for s in &p.sources {
-            if let Some(sp) = &s.speaker {
-                names.insert(sp);
-            }
-        }
-        for name in names {
-            speaker_terms.extend(
-                ex.engine
-                    .index()
-                    .analyze(name)
-                    .into_iter()
-                    .filter(|t| idf.contains_key(t)),
-            );
-        }
-    }
+    // A question that names a speaker as the speaker asks what that speaker said: their
+    // turns get full credit for the name, and other speakers merely mentioning them none.
+    let speaker_terms = &cues.subjects;
     let avg = cands.iter().map(|c| c.len).sum::<usize>() as f64 / cands.len().max(1) as f64;
     let (k1, b) = (1.2, 0.75);
     for c in &mut cands {
@@ -662,49 +996,118 @@ pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
         let chunk = chunk_rank.get(&c.node).copied().unwrap_or(0.0);
         c.score = 0.7 * (s / total) + 0.3 * chunk - 0.01 * c.rank as f64;
     }
+    cands
+}
+
+/// One pass: retrieve, score, choose. The first citation is the answer; others are added
+/// when they cover question terms the chosen ones do not, or when they are parallel
+/// evidence (the same terms, nearly the same score: "the three ingredients").
+fn answer(
+    ex: &mut Explorer<'_>,
+    question: &str,
+    cues: &Cues,
+    first_pass: bool,
+) -> Result<Option<Selection>> {
+    let cfg = ex.cfg.clone();
+    let index = ex.engine.index();
+    let terms = index.analyze(question);
+    if terms.is_empty() {
+        return Ok(None);
+    }
+    let Some((chunks, chunk_rank)) = retrieve(ex, question, cues, first_pass)? else {
+        return Ok(None);
+    };
+    // Ordered maps: float sums must not depend on hash order (same answer in every process).
+    let idf: BTreeMap<String, f64> = terms.iter().map(|t| (t.clone(), index.idf(t))).collect();
+    let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     cands.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
             .then(a.rank.cmp(&b.rank))
             .then(a.start.cmp(&b.start))
     });
-    let mut chosen: Vec<&Cand> = Vec::new();
-    let mut covered: BTreeSet<String> = BTreeSet::new();
-    if let Some(best) = cands.first() {
-        for c in &cands {
-            if chosen.len() >= cfg.max_citations {
-                break;
-            }
-            let terms_of = |c: &Cand| -> BTreeSet<String> {
-                c.tf.keys()
-                    .filter(|t| !speaker_terms.contains(*t) || c.ctx.contains(*t))
-                    .chain(c.ctx.iter())
-                    .cloned()
-                    .collect()
-            };
-            let adds = terms_of(c).iter().any(|t| !covered.contains(t));
-            let overlaps = chosen
-                .iter()
-                .any(|o| o.node == c.node && o.start < c.end && c.start < o.end);
-            if overlaps {
+    let terms_of = |c: &Cand| -> BTreeSet<String> {
+        c.tf.keys()
+            .filter(|t| !cues.subjects.contains(*t) || c.ctx.contains(*t))
+            .chain(c.ctx.iter())
+            .cloned()
+            .collect()
+    };
+    let Some(best) = cands.first() else {
+        ex.history.push(format!(
+            "read {} chunk(s): no sentence shares a word with the question",
+            chunks.len()
+        ));
+        return Ok(None);
+    };
+    let best_terms = terms_of(best);
+    let parallel = |c: &Cand| c.score >= 0.8 * best.score && terms_of(c).is_superset(&best_terms);
+    // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
+    // is the answer.
+    let mut primary = 0usize;
+    if cues.earliest || cues.latest {
+        let mut best_round: Option<u32> = None;
+        for (i, c) in cands.iter().enumerate() {
+            let (Some(r), true) = (c.round, parallel(c)) else {
                 continue;
-            }
-            if chosen.is_empty() || (c.score >= 0.75 * best.score && adds) {
-                covered.extend(terms_of(c));
-                chosen.push(c);
+            };
+            let better = match best_round {
+                None => true,
+                Some(b) => (cues.earliest && r < b) || (!cues.earliest && r > b),
+            };
+            if better {
+                best_round = Some(r);
+                primary = i;
             }
         }
     }
-    let confidence = covered.iter().map(|t| idf[t]).sum::<f64>() / total;
-    let mut cited: Vec<(NodeId, u64, u64)> =
-        chosen.iter().map(|c| (c.node, c.start, c.end)).collect();
-    // In source order within each chunk, chunks by rank: reads naturally.
-    cited.sort_by_key(|(id, s, _)| (fulls.iter().position(|f| f == id), *s));
+    let mut chosen: Vec<usize> = vec![primary];
+    let mut covered: BTreeSet<String> = terms_of(&cands[primary]);
+    for (i, c) in cands.iter().enumerate() {
+        if chosen.len() >= cfg.max_citations {
+            break;
+        }
+        if chosen.contains(&i) {
+            continue;
+        }
+        let overlaps = chosen.iter().any(|&o| {
+            let o = &cands[o];
+            o.node == c.node && o.start < c.end && c.start < o.end
+        });
+        if overlaps {
+            continue;
+        }
+        let ts = terms_of(c);
+        let adds = ts.iter().any(|t| !covered.contains(t));
+        let twin = chosen.iter().any(|&o| cands[o].quote == c.quote);
+        if (c.score >= 0.75 * best.score && adds) || (parallel(c) && !twin) {
+            covered.extend(ts);
+            chosen.push(i);
+        }
+    }
+    // The primary citation first; the rest in reading order (chunks by rank, then position).
+    let mut rest: Vec<usize> = chosen[1..].to_vec();
+    rest.sort_by_key(|&i| (cands[i].rank, cands[i].start));
+    let order: Vec<usize> = std::iter::once(chosen[0]).chain(rest).collect();
     ex.history.push(format!(
         "read {} chunk(s), {} candidate sentence(s); cited {}",
         chunks.len(),
         cands.len(),
-        cited.len()
+        order.len()
     ));
-    ex.finish(cited, confidence)
+    Ok(Some(Selection {
+        cited: order
+            .iter()
+            .map(|&i| {
+                let c = &cands[i];
+                (c.node, c.start, c.end, c.quote.clone())
+            })
+            .collect(),
+        rounds: order.iter().map(|&i| cands[i].round).collect(),
+        covered: covered
+            .into_iter()
+            .filter(|t| idf.contains_key(t))
+            .collect(),
+        idf,
+    }))
 }
