@@ -483,9 +483,9 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
     let floors = floor
         .iter()
         .map(|f| {
-            let (task, min) = f
-                .split_once('=')
-                .with_context(|| format!("--floor {f}: expected TASK=MIN, e.g. single_needle=0.95"))?;
+            let (task, min) = f.split_once('=').with_context(|| {
+                format!("--floor {f}: expected TASK=MIN, e.g. single_needle=0.95")
+            })?;
             let min: f64 = min
                 .parse()
                 .with_context(|| format!("--floor {f}: `{min}` is not a number"))?;
@@ -533,7 +533,10 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
         let p = out.join(name);
         std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
     };
-    write("report.json", serde_json::to_string_pretty(&report)?.as_bytes())?;
+    write(
+        "report.json",
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
     let md = strata::eval::markdown(&report);
     write("report.md", md.as_bytes())?;
     if !opts.sizes.is_empty() {
@@ -543,7 +546,10 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
         print_json(&report)?;
     } else {
         out!("{md}");
-        out!("(written to {}: report.json, report.md, eval.svg)", out.display());
+        out!(
+            "(written to {}: report.json, report.md, eval.svg)",
+            out.display()
+        );
     }
     let mut failed = Vec::new();
     for (task, min) in floors {

@@ -602,7 +602,10 @@ fn second_hop(
     // The best hop sentence that names the bridge and is not cited already.
     let found = hop.cited.iter().find_map(|c| {
         let (n, s, e, q) = c;
-        let fresh = !sel.cited.iter().any(|(m, a, b, _)| m == n && a < e && s < b);
+        let fresh = !sel
+            .cited
+            .iter()
+            .any(|(m, a, b, _)| m == n && a < e && s < b);
         let got = index.analyze(q);
         (fresh && bridge_terms.iter().all(|t| got.contains(t))).then(|| (c.clone(), got))
     });
@@ -677,7 +680,13 @@ fn same_round(ex: &mut Explorer<'_>, main: &str, anchor: &str) -> Result<Option<
     // No sentence shares a word with the main question: the turn's first sentence stands
     // for it (the question asked what this speaker said then).
     let main_pick = match cands.first() {
-        Some(c) => (c.node, c.start, c.end, c.quote.clone(), c.tf.keys().cloned().collect()),
+        Some(c) => (
+            c.node,
+            c.start,
+            c.end,
+            c.quote.clone(),
+            c.tf.keys().cloned().collect(),
+        ),
         None => {
             let n = &chunks[0];
             let Some(s) = text::sentences(&n.text).into_iter().next() else {
@@ -694,7 +703,13 @@ fn same_round(ex: &mut Explorer<'_>, main: &str, anchor: &str) -> Result<Option<
         }
     };
     let mut covered: BTreeSet<String> = main_pick.4;
-    covered.extend(main_cues.subjects.iter().filter(|t| idf.contains_key(*t)).cloned());
+    covered.extend(
+        main_cues
+            .subjects
+            .iter()
+            .filter(|t| idf.contains_key(*t))
+            .cloned(),
+    );
     let mut cited = vec![(main_pick.0, main_pick.1, main_pick.2, main_pick.3)];
     let mut rounds = vec![Some(round)];
     if let Some(first) = a.cited.first() {
@@ -709,6 +724,9 @@ fn same_round(ex: &mut Explorer<'_>, main: &str, anchor: &str) -> Result<Option<
     }))
 }
 
+/// Read chunks, and how well each matched as a whole (normalised to the best).
+type Retrieved = (Vec<Node>, HashMap<NodeId, f64>);
+
 /// Steps 1–4 of a pass: rank scopes, pick groups, pick chunks, read them. Returns the read
 /// chunks and how well each matched as a whole (normalised to the best).
 fn retrieve(
@@ -716,7 +734,7 @@ fn retrieve(
     question: &str,
     cues: &Cues,
     first_pass: bool,
-) -> Result<Option<(Vec<Node>, HashMap<NodeId, f64>)>> {
+) -> Result<Option<Retrieved>> {
     let cfg = ex.cfg.clone();
     let widen = if cues.earliest || cues.latest { 2 } else { 1 };
     // 1. Start at the top: read the abstracts (several scopes: rank them first).

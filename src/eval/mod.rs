@@ -10,8 +10,8 @@
 //! the source's numbers, dates and names each level keeps, against deleting random sentences
 //! down to the same size).
 
-pub mod tasks;
 pub mod plot;
+pub mod tasks;
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -20,12 +20,12 @@ use crate::level::Level;
 use crate::navigate::QueryResult;
 use crate::node::Node;
 use crate::text;
-use tasks::{Doc, Gold, Instance, Question};
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tasks::{Doc, Gold, Instance, Question};
 
 /// What to run.
 #[derive(Clone, Debug, Serialize)]
@@ -678,7 +678,7 @@ async fn fidelity(
 // ------------------------------------------------------------------ output
 
 pub fn human_tokens(n: usize) -> String {
-    if n >= 1_000_000 && n % 1_000_000 == 0 {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
         format!("{}M", n / 1_000_000)
     } else if n >= 1_000_000 {
         format!("{:.1}M", n as f64 / 1e6)
@@ -700,7 +700,7 @@ pub fn parse_tokens(s: &str) -> Result<usize> {
     let v: f64 = num
         .parse()
         .map_err(|_| Error::invalid(format!("`{s}` is not a token count (e.g. 8k, 512k, 2M)")))?;
-    if !(v > 0.0) || v * mul > 1e9 {
+    if v.is_nan() || v <= 0.0 || v * mul > 1e9 {
         return Err(Error::invalid(format!(
             "`{s}`: a size must be between 1 and 1,000M tokens"
         )));
@@ -733,7 +733,9 @@ pub fn markdown(r: &Report) -> String {
         ));
     }
     if !r.levels.is_empty() {
-        s.push_str("\n| level | nodes | size vs source | key facts | kept | random-deletion baseline |\n");
+        s.push_str(
+            "\n| level | nodes | size vs source | key facts | kept | random-deletion baseline |\n",
+        );
         s.push_str("|---|--:|--:|--:|--:|--:|\n");
         for l in &r.levels {
             s.push_str(&format!(
@@ -748,7 +750,9 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     if !r.builds.is_empty() {
-        s.push_str("\n| instance | tokens | ingest s | build s | nodes | model calls | fallbacks |\n");
+        s.push_str(
+            "\n| instance | tokens | ingest s | build s | nodes | model calls | fallbacks |\n",
+        );
         s.push_str("|---|--:|--:|--:|--:|--:|--:|\n");
         for b in &r.builds {
             s.push_str(&format!(

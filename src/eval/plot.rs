@@ -10,6 +10,9 @@ fn perr(e: impl std::fmt::Display) -> Error {
     Error::invalid(format!("cannot draw the plot: {e}"))
 }
 
+/// (haystack tokens, accuracy, tokens read) per size.
+type Points = Vec<(f64, f64, f64)>;
+
 const COLORS: [RGBColor; 4] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -21,7 +24,7 @@ const COLORS: [RGBColor; 4] = [
 /// next to the full context's size, both against haystack tokens (log scale).
 pub fn svg(r: &Report, path: &Path) -> Result<()> {
     let tasks = ["single_needle", "multi_needle", "multi_hop"];
-    let series: Vec<(&str, Vec<(f64, f64, f64)>)> = tasks
+    let series: Vec<(&str, Points)> = tasks
         .iter()
         .map(|t| {
             let pts = r
@@ -106,13 +109,10 @@ pub fn svg(r: &Report, path: &Path) -> Result<()> {
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
     for (i, (name, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        tok.draw_series(LineSeries::new(
-            pts.iter().map(|p| (p.0, p.2.max(10.0))),
-            c,
-        ))
-        .map_err(perr)?
-        .label(*name)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
+        tok.draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.2.max(10.0))), c))
+            .map_err(perr)?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
     }
     tok.configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)

@@ -194,7 +194,9 @@ pub fn single_fact(rng: &mut ChaCha8Rng, names: &mut Names) -> Plant {
             let person = names.fresh(rng);
             let o = OBJECTS.choose(rng).expect("objects").to_string();
             (
-                format!("Captain {person} hid the spare key to the {name} lighthouse inside a {o}."),
+                format!(
+                    "Captain {person} hid the spare key to the {name} lighthouse inside a {o}."
+                ),
                 format!("Where did Captain {person} hide the spare key to the {name} lighthouse?"),
                 o,
             )
@@ -420,7 +422,10 @@ pub fn haystack(
             task: p.task,
             question: p.question,
             answers: p.answers,
-            gold: g.into_iter().map(|g| g.expect("every slot placed")).collect(),
+            gold: g
+                .into_iter()
+                .map(|g| g.expect("every slot placed"))
+                .collect(),
             first_only: false,
             depth: Some(depth),
         })
@@ -514,7 +519,9 @@ pub fn debate(
     let speakers = speakers.clamp(3, SPEAKERS.len());
     let topics = topics.clamp(1, CATEGORIES.len());
     if rounds < 30 {
-        return Err(Error::invalid("a generated debate needs at least 30 rounds"));
+        return Err(Error::invalid(
+            "a generated debate needs at least 30 rounds",
+        ));
     }
     let who: Vec<&str> = SPEAKERS[..speakers].to_vec();
     // turns[round][speaker] = planted sentences.
@@ -531,20 +538,21 @@ pub fn debate(
     let mut cats: Vec<&str> = CATEGORIES.to_vec();
     cats.shuffle(rng);
     // A free (round, speaker) slot in [lo, hi) rounds, for `sp` (or any speaker but `not`).
-    let mut free = |rng: &mut ChaCha8Rng, lo: usize, hi: usize, sp: Option<usize>, not: &[usize]| {
-        if lo >= rounds {
-            return None;
-        }
-        let hi = hi.clamp(lo + 1, rounds);
-        for _ in 0..10_000 {
-            let r = rng.random_range(lo..hi);
-            let s = sp.unwrap_or_else(|| rng.random_range(0..speakers));
-            if !not.contains(&s) && busy.insert((r, s)) {
-                return Some((r, s));
+    let mut free =
+        |rng: &mut ChaCha8Rng, lo: usize, hi: usize, sp: Option<usize>, not: &[usize]| {
+            if lo >= rounds {
+                return None;
             }
-        }
-        None
-    };
+            let hi = hi.clamp(lo + 1, rounds);
+            for _ in 0..10_000 {
+                let r = rng.random_range(lo..hi);
+                let s = sp.unwrap_or_else(|| rng.random_range(0..speakers));
+                if !not.contains(&s) && busy.insert((r, s)) {
+                    return Some((r, s));
+                }
+            }
+            None
+        };
     let span = rounds / topics.max(1);
     for (t, cat) in cats.iter().take(topics).enumerate() {
         let topic = format!("the {} {cat}", names.fresh(rng));

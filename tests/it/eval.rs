@@ -1,0 +1,148 @@
+//! The evaluation harness as a regression test: a small run over the committed sample text
+//! (no network), with floors under every task, so answer quality cannot silently drop.
+//! The full run (essays and SOTU, 8k–2M tokens) is `scripts/eval.sh`; see docs/EVAL.md.
+
+use crate::support::{repo, rt};
+use strata::Config;
+use strata::eval::{self, Options};
+
+fn small(work: &std::path::Path) -> Options {
+    Options {
+        seed: 11,
+        sizes: vec![8_000, 24_000],
+        needles: 12,
+        multi: 2,
+        hops: 3,
+        debate_rounds: 60,
+        debate_speakers: 4,
+        debate_topics: 8,
+        fidelity_tokens: 20_000,
+        work: work.to_path_buf(),
+        keep: false,
+    }
+}
+
+#[test]
+fn eval_small_run_stays_above_its_floors() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = eval::load_corpus(&[repo().join("data/docs")]).unwrap();
+    assert_eq!(docs.len(), 4, "the four committed addresses");
+    let opts = small(dir.path());
+    let report = rt()
+        .block_on(eval::run(&Config::default(), &opts, &docs, &|l| {
+            eprintln!("{l}")
+        }))
+        .unwrap();
+    eprintln!("{}", eval::markdown(&report));
+
+    // Every question was run and scored.
+    let n = |t: &str| report.questions.iter().filter(|q| q.task == t).count();
+    assert_eq!(n("single_needle"), 2 * 12);
+    assert_eq!(n("multi_needle"), 2 * 2);
+    assert_eq!(n("multi_hop"), 2 * 3);
+    assert!(
+        report
+            .questions
+            .iter()
+            .filter(|q| q.task.starts_with("debate"))
+            .count()
+            >= 24
+    );
+    for q in &report.questions {
+        assert!(q.citation_precision >= 0.0 && q.citation_precision <= 1.0);
+        assert!(q.tokens_to_root > 0, "{}: nothing read", q.question);
+    }
+    // Floors, a little under what this run scores today (see docs/EVAL.md).
+    let floor = |task: &str, min: f64| {
+        let a = report.accuracy(task).unwrap();
+        assert!(
+            a >= min,
+            "{task}: accuracy {a:.3} fell below its floor {min}"
+        );
+    };
+    floor("single_needle", 0.95);
+    floor("multi_needle", 0.5);
+    floor("multi_hop", 0.6);
+    let d = report.debate_accuracy().unwrap();
+    assert!(d >= 0.85, "debate recall {d:.3} fell below its floor 0.85");
+    // The navigator reads a fraction of the haystack, not all of it.
+    for t in report.tasks.iter().filter(|t| t.full_tokens >= 20_000) {
+        assert!(
+            t.tokens_to_root < 0.5 * t.full_tokens as f64,
+            "{} read {} of {} tokens per question",
+            t.instance,
+            t.tokens_to_root,
+            t.full_tokens
+        );
+    }
+    // Every level keeps more key facts than deleting random sentences to the same size.
+    assert_eq!(report.levels.len(), 4);
+    for l in &report.levels {
+        assert!(
+            l.retention > l.baseline_retention,
+            "{}: keeps {:.3} of the facts, random deletion {:.3}",
+            l.level,
+            l.retention,
+            l.baseline_retention
+        );
+    }
+    // The report renders, and the plot is an SVG with both panels.
+    let md = eval::markdown(&report);
+    assert!(md.contains("| single_needle | haystack-8k |"));
+    let svg = dir.path().join("eval.svg");
+    eval::plot::svg(&report, &svg).unwrap();
+    let body = std::fs::read_to_string(&svg).unwrap();
+    assert!(body.starts_with("<svg") && body.contains("Tokens read per query"));
+}
+
+#[test]
+fn eval_is_deterministic_for_a_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = eval::load_corpus(&[repo().join("data/docs")]).unwrap();
+    let mut opts = small(dir.path());
+    opts.sizes = vec![8_000];
+    opts.debate_rounds = 40;
+    opts.fidelity_tokens = 0;
+    let run = || {
+        let r = rt()
+            .block_on(eval::run(&Config::default(), &opts, &docs, &|_| {}))
+            .unwrap();
+        r.questions
+            .iter()
+            .map(|q| {
+                (
+                    q.question.clone(),
+                    q.gold.clone(),
+                    q.cited.clone(),
+                    q.correct,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn eval_rejects_bad_inputs_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    // No such directory; a directory without .txt files; a haystack larger than the corpus.
+    let e = eval::load_corpus(&[dir.path().join("nope")]).unwrap_err();
+    assert!(e.to_string().contains("nope"), "{e}");
+    let e = eval::load_corpus(&[dir.path().to_path_buf()]).unwrap_err();
+    assert!(e.to_string().contains("no .txt files"), "{e}");
+    std::fs::write(dir.path().join("bad.txt"), [0xff, 0xfe, b'a']).unwrap();
+    let e = eval::load_corpus(&[dir.path().to_path_buf()]).unwrap_err();
+    assert!(e.to_string().contains("not UTF-8"), "{e}");
+    let docs = eval::load_corpus(&[repo().join("data/docs")]).unwrap();
+    let mut opts = small(&dir.path().join("w"));
+    opts.sizes = vec![5_000_000];
+    let e = rt()
+        .block_on(eval::run(&Config::default(), &opts, &docs, &|_| {}))
+        .unwrap_err();
+    assert!(e.to_string().contains("needs more text"), "{e}");
+    for bad in ["", "k", "-3k", "abc", "9999999M"] {
+        assert!(eval::parse_tokens(bad).is_err(), "{bad:?} accepted");
+    }
+    assert_eq!(eval::parse_tokens("2M").unwrap(), 2_000_000);
+    assert_eq!(eval::parse_tokens("8k").unwrap(), 8_000);
+}
