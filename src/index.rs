@@ -7,7 +7,7 @@ use crate::node::{Node, NodeId};
 use std::path::Path;
 use std::sync::Mutex;
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, Occur, Query, TermQuery, TermSetQuery};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery, TermSetQuery};
 use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
     Value,
@@ -47,6 +47,9 @@ fn schema() -> (Schema, Fields) {
     };
     (b.build(), f)
 }
+
+/// Weight of the coverage term of a search (times the term's idf).
+const COVERAGE_WEIGHT: f64 = 1.0;
 
 /// A BM25 hit.
 #[derive(Clone, Debug, PartialEq)]
@@ -276,16 +279,22 @@ impl Index {
         }
         let f = self.f;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        let text_q: Vec<(Occur, Box<dyn Query>)> = terms
-            .iter()
-            .map(|t| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(
-                    Term::from_field_text(f.text, t),
-                    IndexRecordOption::WithFreqs,
-                ));
-                (Occur::Should, q)
-            })
-            .collect();
+        // BM25 per term, plus a coverage term (Lucene's old "coord"): each question term a
+        // node contains adds its idf once more, so a node holding all the rare terms beats
+        // a short node that repeats some of them (BM25 alone favours short nodes, and the
+        // levels make many short ones).
+        let mut text_q: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(2 * terms.len());
+        for t in &terms {
+            let term = Term::from_field_text(f.text, t);
+            let bm25: Box<dyn Query> =
+                Box::new(TermQuery::new(term.clone(), IndexRecordOption::WithFreqs));
+            text_q.push((Occur::Should, bm25));
+            let present: Box<dyn Query> = Box::new(ConstScoreQuery::new(
+                Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
+                (COVERAGE_WEIGHT * self.idf(t)) as f32,
+            ));
+            text_q.push((Occur::Should, present));
+        }
         clauses.push((Occur::Must, Box::new(BooleanQuery::new(text_q))));
         if !q.scopes.is_empty() {
             clauses.push((

@@ -480,6 +480,9 @@ struct Cand {
     tf: BTreeMap<String, u32>,
     ctx: BTreeSet<String>,
     len: usize,
+    /// The sentence's own evidence (BM25 and context credit, normalised), without its
+    /// chunk's: what parallel evidence is compared on.
+    own: f64,
     score: f64,
     rank: usize,
     round: Option<u32>,
@@ -954,6 +957,7 @@ fn candidates(
                 tf,
                 ctx: ctx.clone(),
                 len,
+                own: 0.0,
                 score: 0.0,
                 rank,
                 round,
@@ -989,6 +993,7 @@ fn candidates(
             tf,
             ctx: a.ctx.clone(),
             len: a.len + b.len,
+            own: 0.0,
             score: 0.0,
             rank: a.rank,
             round: a.round,
@@ -1012,7 +1017,8 @@ fn candidates(
             s += if speaker_terms.contains(t) { 1.0 } else { 0.5 } * idf[t];
         }
         let chunk = chunk_rank.get(&c.node).copied().unwrap_or(0.0);
-        c.score = 0.7 * (s / total) + 0.3 * chunk - 0.01 * c.rank as f64;
+        c.own = s / total;
+        c.score = 0.7 * c.own + 0.3 * chunk - 0.01 * c.rank as f64;
     }
     cands
 }
@@ -1059,7 +1065,7 @@ fn answer(
         return Ok(None);
     };
     let best_terms = terms_of(best);
-    let parallel = |c: &Cand| c.score >= 0.8 * best.score && terms_of(c).is_superset(&best_terms);
+    let parallel = |c: &Cand| c.own >= 0.7 * best.own && terms_of(c).is_superset(&best_terms);
     // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
     // is the answer.
     let mut primary = 0usize;

@@ -252,7 +252,9 @@ pub async fn run(
         pool.extend(docs);
     }
     let corpus_tokens = pool.iter().map(|d| d.tokens).sum();
-    let mut names = tasks::Names::new(tasks::words_of(&pool));
+    // Invented names avoid every word of the pool; each instance draws its own, so a
+    // size's tasks do not depend on which other sizes run.
+    let pool_words = tasks::words_of(&pool);
     let mut report = Report {
         strata_version: env!("CARGO_PKG_VERSION"),
         options: opts.clone(),
@@ -274,6 +276,7 @@ pub async fn run(
     // Needle haystacks, one per size.
     for &size in &opts.sizes {
         let mut rng = tasks::rng(opts.seed, &format!("haystack/{size}"));
+        let mut names = tasks::Names::new(pool_words.clone());
         let mut plants = Vec::new();
         for _ in 0..opts.needles {
             plants.push(tasks::single_fact(&mut rng, &mut names));
@@ -292,6 +295,7 @@ pub async fn run(
     // The debate.
     if opts.debate_rounds > 0 {
         let mut rng = tasks::rng(opts.seed, "debate");
+        let mut names = tasks::Names::new(pool_words.clone());
         let filler = tasks::filler_sentences(&pool, 20_000);
         let inst = tasks::debate(
             &filler,

@@ -329,7 +329,23 @@ pub fn haystack(
     let ends: Vec<Vec<usize>> = docs
         .iter()
         .map(|d| {
-            let mut e: Vec<usize> = text::sentences(&d.1).iter().map(|s| s.end).collect();
+            // Sentence ends followed by the start of a new sentence (a capital, a digit,
+            // a quote or a line break), so a planted sentence stands alone.
+            let t = &d.1;
+            let mut e: Vec<usize> = text::sentences(t)
+                .iter()
+                .map(|s| s.end)
+                .filter(|&end| {
+                    let before = t[..end].trim_end();
+                    let after = &t[end..];
+                    before.ends_with(['.', '!', '?'])
+                        && (after.is_empty()
+                            || after.starts_with(['\n'])
+                            || after.trim_start().starts_with(|c: char| {
+                                c.is_uppercase() || c.is_ascii_digit() || c == '"'
+                            }))
+                })
+                .collect();
             e.insert(0, 0);
             e
         })
