@@ -7,7 +7,9 @@ use crate::node::{Node, NodeId};
 use std::path::Path;
 use std::sync::Mutex;
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, TermQuery, TermSetQuery};
+use tantivy::query::{
+    BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery, TermSetQuery,
+};
 use tantivy::schema::{
     Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
     Value,
@@ -50,6 +52,9 @@ fn schema() -> (Schema, Fields) {
 
 /// Weight of the coverage term of a search (times the term's idf).
 const COVERAGE_WEIGHT: f64 = 1.0;
+
+/// How much more a name in the question weighs than another word.
+pub const NAME_BOOST: f64 = 2.0;
 
 /// A BM25 hit.
 #[derive(Clone, Debug, PartialEq)]
@@ -247,6 +252,25 @@ impl Index {
         out
     }
 
+    /// Terms of the names in a question: words written with a capital that are not the
+    /// question's first word (nor a stop word such as "I"). Query-time normalisation: the
+    /// names carry a question, its other words may be paraphrased.
+    pub fn name_terms(&self, text: &str) -> std::collections::HashSet<String> {
+        let mut out = std::collections::HashSet::new();
+        let mut first = true;
+        for w in text.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '-')) {
+            if w.is_empty() {
+                continue;
+            }
+            let capital = w.chars().next().is_some_and(char::is_uppercase);
+            if capital && !first && !crate::text::is_stopword(&w.to_lowercase()) {
+                out.extend(self.analyze(w));
+            }
+            first = false;
+        }
+        out
+    }
+
     /// Every term of `text` as the index sees it, in order, repeats kept (for term
     /// frequencies).
     pub fn analyze_all(&self, text: &str) -> Vec<String> {
@@ -283,15 +307,20 @@ impl Index {
         // node contains adds its idf once more, so a node holding all the rare terms beats
         // a short node that repeats some of them (BM25 alone favours short nodes, and the
         // levels make many short ones).
+        // Names the question spells with a capital weigh more: they are what it is about.
+        let names = self.name_terms(q.text);
         let mut text_q: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(2 * terms.len());
         for t in &terms {
+            let boost = if names.contains(t) { NAME_BOOST } else { 1.0 };
             let term = Term::from_field_text(f.text, t);
-            let bm25: Box<dyn Query> =
-                Box::new(TermQuery::new(term.clone(), IndexRecordOption::WithFreqs));
+            let bm25: Box<dyn Query> = Box::new(BoostQuery::new(
+                Box::new(TermQuery::new(term.clone(), IndexRecordOption::WithFreqs)),
+                boost as f32,
+            ));
             text_q.push((Occur::Should, bm25));
             let present: Box<dyn Query> = Box::new(ConstScoreQuery::new(
                 Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
-                (COVERAGE_WEIGHT * self.idf(t)) as f32,
+                (COVERAGE_WEIGHT * boost * self.idf(t)) as f32,
             ));
             text_q.push((Occur::Should, present));
         }

@@ -115,6 +115,9 @@ enum Cmd {
         /// Single needles per haystack.
         #[arg(long, default_value_t = 20)]
         needles: usize,
+        /// Needles about real places, asked in other words, per haystack (at most 40).
+        #[arg(long, default_value_t = 10)]
+        paraphrases: usize,
         /// Multi-needle questions (three facts each) per haystack.
         #[arg(long, default_value_t = 4)]
         multi: usize,
@@ -466,6 +469,7 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
         corpus,
         sizes,
         needles,
+        paraphrases,
         multi,
         hops,
         debate_rounds,
@@ -506,6 +510,7 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
         seed,
         sizes,
         needles,
+        paraphrases,
         multi,
         hops,
         debate_rounds,

@@ -676,7 +676,7 @@ fn same_round(ex: &mut Explorer<'_>, main: &str, anchor: &str) -> Result<Option<
     ex.working = turns.iter().map(|id| (*id, 1.0)).collect();
     let chunks = ex.peek(&turns)?;
     let terms = index.analyze(main);
-    let idf: BTreeMap<String, f64> = terms.iter().map(|t| (t.clone(), index.idf(t))).collect();
+    let idf = weights(index, main, &terms);
     let rank: HashMap<NodeId, f64> = turns.iter().map(|id| (*id, 1.0)).collect();
     let mut cands = candidates(ex, &chunks, &idf, &rank, &main_cues);
     cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));
@@ -1023,6 +1023,22 @@ fn candidates(
     cands
 }
 
+/// Each question term's weight: its idf, times [`crate::index::NAME_BOOST`] for names.
+fn weights(index: &crate::index::Index, question: &str, terms: &[String]) -> BTreeMap<String, f64> {
+    let names = index.name_terms(question);
+    terms
+        .iter()
+        .map(|t| {
+            let boost = if names.contains(t) {
+                crate::index::NAME_BOOST
+            } else {
+                1.0
+            };
+            (t.clone(), boost * index.idf(t))
+        })
+        .collect()
+}
+
 /// One pass: retrieve, score, choose. The first citation is the answer; others are added
 /// when they cover question terms the chosen ones do not, or when they are parallel
 /// evidence (the same terms, nearly the same score: "the three ingredients").
@@ -1042,7 +1058,7 @@ fn answer(
         return Ok(None);
     };
     // Ordered maps: float sums must not depend on hash order (same answer in every process).
-    let idf: BTreeMap<String, f64> = terms.iter().map(|t| (t.clone(), index.idf(t))).collect();
+    let idf = weights(index, question, &terms);
     let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     cands.sort_by(|a, b| {
         b.score

@@ -35,6 +35,8 @@ pub struct Options {
     pub sizes: Vec<usize>,
     /// Single needles planted in each haystack.
     pub needles: usize,
+    /// Needles about real places asked in other words, per haystack (at most 40).
+    pub paraphrases: usize,
     /// Multi-needle questions (three facts each) per haystack.
     pub multi: usize,
     /// Multi-hop questions (two linked facts each) per haystack.
@@ -58,6 +60,7 @@ impl Default for Options {
             seed: 7,
             sizes: vec![8_000, 32_000, 128_000, 512_000, 1_000_000, 2_000_000],
             needles: 20,
+            paraphrases: 10,
             multi: 4,
             hops: 4,
             debate_rounds: 200,
@@ -280,6 +283,10 @@ pub async fn run(
         let mut plants = Vec::new();
         for _ in 0..opts.needles {
             plants.push(tasks::single_fact(&mut rng, &mut names));
+        }
+        let mut cities = tasks::cities();
+        for _ in 0..opts.paraphrases {
+            plants.extend(tasks::paraphrase_fact(&mut rng, &mut cities));
         }
         for _ in 0..opts.multi {
             plants.push(tasks::multi_fact(&mut rng, &mut names));

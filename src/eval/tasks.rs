@@ -239,6 +239,114 @@ pub fn single_fact(rng: &mut ChaCha8Rng, names: &mut Names) -> Plant {
     }
 }
 
+const CITIES: &[&str] = &[
+    "Reykjavik",
+    "Valparaiso",
+    "Tbilisi",
+    "Windhoek",
+    "Ulaanbaatar",
+    "Hobart",
+    "Tallinn",
+    "Cusco",
+    "Zanzibar",
+    "Bergen",
+    "Dubrovnik",
+    "Ljubljana",
+    "Asmara",
+    "Lhasa",
+    "Nuuk",
+    "Trondheim",
+    "Galway",
+    "Porto",
+    "Kraków",
+    "Salzburg",
+    "Bruges",
+    "Lucerne",
+    "Tangier",
+    "Malmo",
+    "Tartu",
+    "Oaxaca",
+    "Mendoza",
+    "Cuenca",
+    "Arequipa",
+    "Hue",
+    "Kandy",
+    "Luang Prabang",
+    "Hakodate",
+    "Kanazawa",
+    "Tromso",
+    "Split",
+    "Plovdiv",
+    "Sibiu",
+    "Kotor",
+    "Gdansk",
+];
+const LENDS: &[(&str, &str)] = &[
+    ("sewing machines", "sewing machines"),
+    ("fishing rods", "fishing rods"),
+    ("telescopes", "telescopes"),
+    ("bread ovens", "bread ovens"),
+    ("snowshoes", "snowshoes"),
+    ("violins", "violins"),
+];
+
+/// The places paraphrase needles are about (each used once per haystack).
+pub fn cities() -> Vec<&'static str> {
+    CITIES.to_vec()
+}
+
+/// A fact about a real place in everyday words, asked with other words than the planted
+/// sentence uses (synonyms, another construction): only the place name is shared, and
+/// real text may mention the place too.
+pub fn paraphrase_fact(rng: &mut ChaCha8Rng, cities: &mut Vec<&'static str>) -> Option<Plant> {
+    if cities.is_empty() {
+        return None;
+    }
+    let city = cities.swap_remove(rng.random_range(0..cities.len()));
+    let (sentence, question, answer) = match rng.random_range(0..4) {
+        0 => {
+            let a = ACTIVITIES.choose(rng).expect("activities").to_string();
+            (
+                format!("The best thing to do in {city} is to {a}."),
+                format!("What should a visitor to {city} make sure not to miss?"),
+                a,
+            )
+        }
+        1 => {
+            let (thing, _) = LENDS.choose(rng).expect("lends");
+            (
+                format!("The public library in {city} lends {thing} to anyone with a card."),
+                format!("What can people borrow from the {city} library?"),
+                thing.to_string(),
+            )
+        }
+        2 => {
+            let m = MONTHS.choose(rng).expect("months").to_string();
+            (
+                format!(
+                    "Every year the harvest festival of {city} begins on the first Sunday of {m}."
+                ),
+                format!("When does the annual {city} harvest celebration start?"),
+                m,
+            )
+        }
+        _ => {
+            let o = OBJECTS.choose(rng).expect("objects").to_string();
+            (
+                format!("The mayor of {city} keeps the town seal inside a {o}."),
+                format!("Where is the {city} town seal stored by its mayor?"),
+                o,
+            )
+        }
+    };
+    Some(Plant {
+        task: "needle_paraphrase",
+        sentences: vec![sentence],
+        question,
+        answers: vec![answer],
+    })
+}
+
 /// Three facts about one subject, all of which the answer needs.
 pub fn multi_fact(rng: &mut ChaCha8Rng, names: &mut Names) -> Plant {
     let name = names.fresh(rng);

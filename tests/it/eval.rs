@@ -11,6 +11,7 @@ fn small(work: &std::path::Path) -> Options {
         seed: 11,
         sizes: vec![8_000, 24_000],
         needles: 12,
+        paraphrases: 6,
         multi: 2,
         hops: 3,
         debate_rounds: 60,
