@@ -578,11 +578,22 @@ fn second_hop(
     let Some((_, _, _, quote)) = sel.cited.first() else {
         return Ok(());
     };
-    let Some((bridge, _)) = bridges(ex, quote, &terms).into_iter().next() else {
+    // The bridge comes from the sentence that matched (a cited pair's other sentence may
+    // name unrelated things).
+    let index = ex.engine.index();
+    let matched = text::sentences(quote)
+        .into_iter()
+        .rev()
+        .map(|s| &quote[s.start..s.end])
+        .max_by_key(|s| {
+            let got = index.analyze(s);
+            terms.iter().filter(|t| got.contains(t)).count()
+        })
+        .unwrap_or(quote);
+    let Some((bridge, _)) = bridges(ex, matched, &terms).into_iter().next() else {
         return Ok(());
     };
     // The uncovered words as the question has them (the index's terms are stems).
-    let index = ex.engine.index();
     let words: Vec<&str> = question
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| {

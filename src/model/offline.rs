@@ -1,7 +1,8 @@
 //! The offline compressor: deterministic extractive summarisation. Sentences are scored by
 //! TF-IDF centrality (cosine to the input's centroid) plus a bonus for the facts they carry;
 //! the best are kept, in their original order, up to the level's token budget. A sentence is
-//! never cut, and sentences holding numbers, names and dates go first when the budget allows.
+//! never cut. Sentences holding numbers, names and dates go first, densest first, each fact
+//! counted once (a fact repeated elsewhere adds nothing): the most facts per token.
 
 use super::{BoxFuture, CompressRequest, ModelError, SubModel, spawn_cpu};
 use crate::node::Tags;
@@ -10,7 +11,7 @@ use crate::token;
 use std::collections::{BTreeMap, HashMap};
 
 /// Bump when the algorithm changes: it is part of every node id the compressor makes.
-pub const VERSION: &str = "offline-extractive-v1";
+pub const VERSION: &str = "offline-extractive-v2";
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Offline;
@@ -39,6 +40,8 @@ struct Sent {
     end: usize,
     tokens: usize,
     facts: usize,
+    /// The facts, normalised (lower case), for counting each once.
+    fact_set: Vec<String>,
     score: f64,
 }
 
@@ -56,12 +59,22 @@ pub fn compress(req: &CompressRequest) -> String {
                 continue;
             }
             let f = text::facts(raw);
+            let mut fact_set: Vec<String> = f
+                .numbers
+                .iter()
+                .chain(&f.dates)
+                .chain(&f.entities)
+                .map(|x| x.to_lowercase())
+                .collect();
+            fact_set.sort();
+            fact_set.dedup();
             sents.push(Sent {
                 passage: pi,
                 start: s.start,
                 end: s.end,
                 tokens: token::count(raw.trim()),
                 facts: f.count(),
+                fact_set,
                 score: 0.0,
             });
             bags.push(text::term_counts(raw));
@@ -111,15 +124,9 @@ pub fn compress(req: &CompressRequest) -> String {
         s.score = cos + fact_bonus - short_penalty;
     }
 
-    // Fact-bearing sentences first, each tier by score; greedy fill of the budget.
-    let mut order: Vec<usize> = (0..sents.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (sa, sb) = (&sents[a], &sents[b]);
-        (sb.facts > 0)
-            .cmp(&(sa.facts > 0))
-            .then(sb.score.total_cmp(&sa.score))
-            .then(a.cmp(&b))
-    });
+    // Greedy fill of the budget by marginal value: sentences bringing facts not kept yet
+    // first, most new facts per token first (ties by centrality); then the rest by score.
+    // `order` is the rank each kept sentence got (the last kept is dropped first below).
     let label_cost: usize = req
         .passages
         .iter()
@@ -128,17 +135,48 @@ pub fn compress(req: &CompressRequest) -> String {
         .sum();
     let mut keep = vec![false; sents.len()];
     let mut used = label_cost.min(budget / 4);
-    let mut kept_any = false;
-    for &i in &order {
-        if used + sents[i].tokens <= budget {
-            keep[i] = true;
-            used += sents[i].tokens;
-            kept_any = true;
-        }
+    let mut seen: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut order: Vec<usize> = Vec::new();
+    let mut open: Vec<usize> = (0..sents.len()).collect();
+    loop {
+        let value = |i: usize| -> (f64, f64) {
+            let s = &sents[i];
+            let new = s
+                .fact_set
+                .iter()
+                .filter(|f| !seen.contains(f.as_str()))
+                .count();
+            (new as f64 / s.tokens.max(1) as f64, s.score)
+        };
+        let pick = open
+            .iter()
+            .copied()
+            .filter(|&i| used + sents[i].tokens <= budget)
+            .max_by(|&a, &b| {
+                let (va, vb) = (value(a), value(b));
+                va.0.total_cmp(&vb.0)
+                    .then(va.1.total_cmp(&vb.1))
+                    .then(b.cmp(&a))
+            });
+        let Some(i) = pick else { break };
+        keep[i] = true;
+        used += sents[i].tokens;
+        seen.extend(sents[i].fact_set.iter().map(String::as_str));
+        order.push(i);
+        open.retain(|&j| j != i);
     }
-    if !kept_any {
+    if order.is_empty() {
         // Nothing fits: the single best sentence, whole (a sentence is never cut).
-        keep[order[0]] = true;
+        let best = (0..sents.len())
+            .max_by(|&a, &b| {
+                (sents[a].facts > 0)
+                    .cmp(&(sents[b].facts > 0))
+                    .then(sents[a].score.total_cmp(&sents[b].score))
+                    .then(b.cmp(&a))
+            })
+            .expect("some sentence");
+        keep[best] = true;
+        order.push(best);
     }
     loop {
         let out = render(req, &sents, &keep);
