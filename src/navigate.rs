@@ -1131,7 +1131,9 @@ fn answer(
         let ts = terms_of(c);
         let adds = ts.iter().any(|t| !covered.contains(t));
         let twin = chosen.iter().any(|&o| cands[o].quote == c.quote);
-        if (c.score >= 0.75 * best.score && adds) || (parallel(c) && !twin) {
+        // A question about the first (last) of something wants one item, not its twins.
+        let enumerate = !(cues.earliest || cues.latest);
+        if (c.score >= 0.75 * best.score && adds) || (enumerate && parallel(c) && !twin) {
             covered.extend(ts);
             chosen.push(i);
         }

@@ -39,6 +39,7 @@ fn eval_small_run_stays_above_its_floors() {
     // Every question was run and scored.
     let n = |t: &str| report.questions.iter().filter(|q| q.task == t).count();
     assert_eq!(n("single_needle"), 2 * 12);
+    assert_eq!(n("needle_paraphrase"), 2 * 6);
     assert_eq!(n("multi_needle"), 2 * 2);
     assert_eq!(n("multi_hop"), 2 * 3);
     assert!(
@@ -64,6 +65,7 @@ fn eval_small_run_stays_above_its_floors() {
     floor("single_needle", 0.95);
     floor("multi_needle", 0.5);
     floor("multi_hop", 0.6);
+    floor("needle_paraphrase", 0.8);
     let d = report.debate_accuracy().unwrap();
     assert!(d >= 0.85, "debate recall {d:.3} fell below its floor 0.85");
     // The navigator reads a fraction of the haystack, not all of it.
