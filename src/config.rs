@@ -300,7 +300,7 @@ impl Config {
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
                 path: path.to_path_buf(),
-                source,
+                err: source,
             })?;
             let from_file: Config = toml::from_str(&text)
                 .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;

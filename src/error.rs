@@ -14,12 +14,10 @@ pub enum Error {
     #[error("unknown scope `{scope}` (known scopes: {known})")]
     UnknownScope { scope: String, known: String },
     /// Reading an input file failed.
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// (The cause is part of the message, not a separate `source`, so that a printed
+    /// chain does not say it twice.)
+    #[error("cannot read {}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
     /// The embedded store failed (disk full, locked by another process, ...).
     #[error("store: {0}")]
     Store(#[from] sled::Error),

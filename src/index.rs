@@ -109,7 +109,7 @@ impl Index {
     fn create(dir: &Path, schema: Schema, f: Fields) -> Result<(Index, bool)> {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
             path: dir.to_path_buf(),
-            source,
+            err: source,
         })?;
         let index = tantivy::Index::create_in_dir(dir, schema).map_err(ierr)?;
         Ok((Self::from_index(index, f)?, true))

@@ -58,7 +58,7 @@ pub fn guess_kind(path: &Path) -> ScopeKind {
 pub fn read_file(path: &Path, kind: ScopeKind) -> Result<InputFile> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
-        source,
+        err: source,
     };
     let md = std::fs::metadata(path).map_err(io)?;
     if md.is_dir() {

@@ -152,7 +152,7 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
             path: dir.to_path_buf(),
-            source,
+            err: source,
         })?;
         let db = sled::Config::new()
             .path(dir.join("store"))

@@ -178,7 +178,7 @@ pub fn load_corpus(dirs: &[PathBuf]) -> Result<Vec<Doc>> {
     for dir in dirs {
         let io = |source| Error::Io {
             path: dir.clone(),
-            source,
+            err: source,
         };
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(io)?
@@ -200,7 +200,7 @@ pub fn load_corpus(dirs: &[PathBuf]) -> Result<Vec<Doc>> {
         for f in files {
             let bytes = std::fs::read(&f).map_err(|source| Error::Io {
                 path: f.clone(),
-                source,
+                err: source,
             })?;
             let text = String::from_utf8(bytes)
                 .map_err(|e| Error::invalid(format!("{} is not UTF-8: {e}", f.display())))?;
@@ -273,7 +273,7 @@ pub async fn run(
     };
     std::fs::create_dir_all(&opts.work).map_err(|source| Error::Io {
         path: opts.work.clone(),
-        source,
+        err: source,
     })?;
 
     // Needle haystacks, one per size.
@@ -329,7 +329,7 @@ fn open_fresh(opts: &Options, name: &str, cfg: &Config) -> Result<(Engine, PathB
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|source| Error::Io {
             path: dir.clone(),
-            source,
+            err: source,
         })?;
     }
     let engine = Engine::open(&dir, cfg.clone())?;

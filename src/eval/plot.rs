@@ -23,7 +23,12 @@ const COLORS: [RGBColor; 4] = [
 /// Draws two panels into `path`: accuracy per needle task, and mean tokens read per query
 /// next to the full context's size, both against haystack tokens (log scale).
 pub fn svg(r: &Report, path: &Path) -> Result<()> {
-    let tasks = ["single_needle", "needle_paraphrase", "multi_needle", "multi_hop"];
+    let tasks = [
+        "single_needle",
+        "needle_paraphrase",
+        "multi_needle",
+        "multi_hop",
+    ];
     let series: Vec<(&str, Points)> = tasks
         .iter()
         .map(|t| {
