@@ -134,6 +134,9 @@ enum Cmd {
         /// Tokens of text for the per-level fidelity task (0 = skip).
         #[arg(long, default_value = "100k")]
         fidelity_tokens: String,
+        /// Hand-written questions over given files (data/questions.json for the samples).
+        #[arg(long, value_name = "FILE")]
+        questions: Option<PathBuf>,
         #[arg(long, default_value_t = 7)]
         seed: u64,
         /// Where the report, the table and the plot are written.
@@ -476,6 +479,7 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
         debate_speakers,
         debate_topics,
         fidelity_tokens,
+        questions,
         seed,
         out,
         keep,
@@ -517,6 +521,7 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
         debate_speakers,
         debate_topics,
         fidelity_tokens,
+        questions,
         work: out.join("work"),
         keep,
     };

@@ -1030,6 +1030,11 @@ fn candidates(
         let chunk = chunk_rank.get(&c.node).copied().unwrap_or(0.0);
         c.own = s / total;
         c.score = 0.7 * c.own + 0.3 * chunk - 0.01 * c.rank as f64;
+        // "What did chen …" is about chen's turns: another speaker's sentence is a weaker
+        // answer however well its words match.
+        if !speaker_terms.is_empty() && !c.ctx.iter().any(|t| speaker_terms.contains(t)) {
+            c.score *= 0.5;
+        }
     }
     cands
 }

@@ -47,6 +47,9 @@ pub struct Options {
     pub debate_topics: usize,
     /// Tokens of text for the fidelity task (0 = no fidelity task).
     pub fidelity_tokens: usize,
+    /// Hand-written questions over given files (e.g. data/questions.json), asked as the
+    /// `handwritten` task.
+    pub questions: Option<PathBuf>,
     /// Where the stores are made (one per task instance, removed afterwards unless `keep`).
     #[serde(skip)]
     pub work: PathBuf,
@@ -67,6 +70,7 @@ impl Default for Options {
             debate_speakers: 5,
             debate_topics: 12,
             fidelity_tokens: 100_000,
+            questions: None,
             work: PathBuf::from("eval-work"),
             keep: false,
         }
@@ -316,12 +320,139 @@ pub async fn run(
         run_instance(cfg, opts, inst, &mut report, log).await?;
     }
 
+    // Hand-written questions.
+    if let Some(path) = &opts.questions {
+        for inst in handwritten(path)? {
+            run_instance(cfg, opts, inst, &mut report, log).await?;
+        }
+    }
+
     // Fidelity.
     if opts.fidelity_tokens > 0 {
         report.levels = fidelity(cfg, opts, &pool, log).await?;
     }
     report.wall_s = t0.elapsed().as_secs_f64();
     Ok(report)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuestionFile {
+    #[serde(default)]
+    #[allow(dead_code)]
+    about: String,
+    scopes: BTreeMap<String, QuestionScope>,
+    questions: Vec<HandQuestion>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuestionScope {
+    kind: String,
+    files: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandQuestion {
+    scope: String,
+    question: String,
+    expected: Vec<String>,
+    gold: Vec<HandGold>,
+    #[serde(default)]
+    first_only: bool,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandGold {
+    source: String,
+    /// Documents: the gold span is this text's place in the source. Debates: the turn.
+    quote: Option<String>,
+}
+
+/// Reads a question file: one instance per scope, files relative to the question file,
+/// source ids as written there (`debate.jsonl#47`, `docs/x.txt`).
+pub fn handwritten(path: &Path) -> Result<Vec<Instance>> {
+    let bad = |m: String| Error::invalid(format!("{}: {m}", path.display()));
+    let body = std::fs::read_to_string(path).map_err(|err| Error::Io {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let file: QuestionFile =
+        serde_json::from_str(&body).map_err(|e| bad(format!("not a question file: {e}")))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut out = Vec::new();
+    for (name, sc) in &file.scopes {
+        let kind: crate::store::ScopeKind = sc.kind.parse()?;
+        let mut files = Vec::new();
+        let mut texts: BTreeMap<String, String> = BTreeMap::new();
+        for rel in &sc.files {
+            let mut f = crate::source::read_file(&base.join(rel), kind)?;
+            for s in &mut f.sources {
+                s.id = match s.id.rsplit_once('#') {
+                    Some((_, line)) if kind == crate::store::ScopeKind::Debate => {
+                        format!("{rel}#{line}")
+                    }
+                    _ => rel.clone(),
+                };
+                texts.insert(s.id.clone(), s.text.clone());
+            }
+            f.path = PathBuf::from(rel);
+            files.push(f);
+        }
+        let mut questions = Vec::new();
+        for q in file.questions.iter().filter(|q| q.scope == *name) {
+            let mut gold = Vec::new();
+            for g in &q.gold {
+                let text = texts.get(&g.source).ok_or_else(|| {
+                    bad(format!(
+                        "{:?}: no source {} in scope {name}",
+                        q.question, g.source
+                    ))
+                })?;
+                let (start, end) = match &g.quote {
+                    Some(quote) => {
+                        let at = text.find(quote.as_str()).ok_or_else(|| {
+                            bad(format!(
+                                "{:?}: {:?} is not in {}",
+                                q.question, quote, g.source
+                            ))
+                        })?;
+                        (at, at + quote.len())
+                    }
+                    None => (0, text.len()),
+                };
+                gold.push(Gold {
+                    source: g.source.clone(),
+                    start: start as u64,
+                    end: end as u64,
+                });
+            }
+            questions.push(Question {
+                task: "handwritten",
+                question: q.question.clone(),
+                answers: q.expected.clone(),
+                gold,
+                first_only: q.first_only,
+                depth: None,
+            });
+        }
+        let tokens = texts.values().map(|t| crate::token::count(t)).sum();
+        out.push(Instance {
+            name: format!("handwritten-{name}"),
+            kind,
+            files,
+            tokens,
+            questions,
+        });
+    }
+    for q in &file.questions {
+        if !file.scopes.contains_key(&q.scope) {
+            return Err(bad(format!("{:?}: unknown scope {}", q.question, q.scope)));
+        }
+    }
+    Ok(out)
 }
 
 fn open_fresh(opts: &Options, name: &str, cfg: &Config) -> Result<(Engine, PathBuf)> {

@@ -18,6 +18,7 @@ fn small(work: &std::path::Path) -> Options {
         debate_speakers: 4,
         debate_topics: 8,
         fidelity_tokens: 20_000,
+        questions: Some(repo().join("data/questions.json")),
         work: work.to_path_buf(),
         keep: false,
     }
@@ -41,6 +42,11 @@ fn eval_small_run_stays_above_its_floors() {
     assert_eq!(n("single_needle"), 2 * 12);
     assert_eq!(n("needle_paraphrase"), 2 * 6);
     assert_eq!(n("multi_needle"), 2 * 2);
+    assert_eq!(
+        n("handwritten"),
+        16,
+        "every question of data/questions.json"
+    );
     assert_eq!(n("multi_hop"), 2 * 3);
     assert!(
         report
@@ -66,6 +72,7 @@ fn eval_small_run_stays_above_its_floors() {
     floor("multi_needle", 0.5);
     floor("multi_hop", 0.6);
     floor("needle_paraphrase", 0.8);
+    floor("handwritten", 0.8);
     let d = report.debate_accuracy().unwrap();
     assert!(d >= 0.85, "debate recall {d:.3} fell below its floor 0.85");
     // The navigator reads a fraction of the haystack, not all of it.
@@ -143,6 +150,26 @@ fn eval_rejects_bad_inputs_clearly() {
         .block_on(eval::run(&Config::default(), &opts, &docs, &|_| {}))
         .unwrap_err();
     assert!(e.to_string().contains("needs more text"), "{e}");
+    // A question file whose gold quote is not in its source, or that is not JSON.
+    let qf = repo().join("data/questions.json");
+    let body = std::fs::read_to_string(&qf).unwrap().replace(
+        "formation of a National Peace Corps",
+        "formation of a Galactic Peace Corps",
+    );
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(copy.join("docs")).unwrap();
+    std::fs::copy(repo().join("data/debate.jsonl"), copy.join("debate.jsonl")).unwrap();
+    for p in crate::support::doc_paths() {
+        std::fs::copy(&p, copy.join("docs").join(p.file_name().unwrap())).unwrap();
+    }
+    let moved = copy.join("questions.json");
+    std::fs::write(&moved, body).unwrap();
+    let e = eval::handwritten(&moved).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("Galactic Peace Corps"), "{e}");
+    let junk = dir.path().join("q.json");
+    std::fs::write(&junk, "{ not json").unwrap();
+    let e = eval::handwritten(&junk).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("not a question file"), "{e}");
     for bad in ["", "k", "-3k", "abc", "9999999M"] {
         assert!(eval::parse_tokens(bad).is_err(), "{bad:?} accepted");
     }
