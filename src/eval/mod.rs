@@ -527,13 +527,7 @@ async fn run_instance(
             .await?;
         outcomes.push(score(&inst.name, q, &r, ms(t)));
     }
-    let mut tasks: Vec<&'static str> = outcomes.iter().map(|o| o.task).collect();
-    tasks.dedup();
-    let tasks: Vec<&'static str> = tasks
-        .into_iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let tasks: BTreeSet<&'static str> = outcomes.iter().map(|o| o.task).collect();
     let mut line = format!(
         "{}: {} tokens, ingest {:.1} s, build {:.1} s ({} nodes, {} model calls)",
         inst.name,
@@ -857,6 +851,44 @@ pub fn markdown(r: &Report) -> String {
         "Seed {}, compressor `{}`, navigator `{}`, corpus {} documents / {} tokens, {:.0} s in all.\n\n",
         r.options.seed, r.compressor, r.navigator, r.corpus_documents, r.corpus_tokens, r.wall_s
     ));
+    // Needle tasks: accuracy by haystack size at a glance.
+    let sized: Vec<&TaskRow> = r
+        .tasks
+        .iter()
+        .filter(|t| t.instance.starts_with("haystack-"))
+        .collect();
+    if !sized.is_empty() {
+        let mut sizes: Vec<(usize, &str)> = sized
+            .iter()
+            .map(|t| (t.full_tokens, t.instance.as_str()))
+            .collect();
+        sizes.sort();
+        sizes.dedup();
+        let mut names: Vec<&str> = sized.iter().map(|t| t.task.as_str()).collect();
+        names.sort();
+        names.dedup();
+        s.push_str("| accuracy |");
+        for (_, inst) in &sizes {
+            s.push_str(&format!(" {} |", inst.trim_start_matches("haystack-")));
+        }
+        s.push_str("\n|---|");
+        s.push_str(&"--:|".repeat(sizes.len()));
+        s.push('\n');
+        for n in names {
+            s.push_str(&format!("| {n} |"));
+            for (_, inst) in &sizes {
+                match sized.iter().find(|t| t.task == n && t.instance == *inst) {
+                    Some(t) => s.push_str(&format!(
+                        " {:.3} ({}/{}) |",
+                        t.accuracy, t.correct, t.questions
+                    )),
+                    None => s.push_str(" – |"),
+                }
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+    }
     s.push_str("| task | context | questions | accuracy | citation precision | citation recall | tokens to root (mean) | full context tokens | sub-calls (mean) | query ms (mean) |\n");
     s.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     for t in &r.tasks {
