@@ -31,6 +31,7 @@ pub mod context;
 pub mod engine;
 pub mod error;
 pub mod expire;
+pub mod hybrid;
 pub mod index;
 pub mod jobs;
 pub mod level;

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cli;
+mod hybrid;
 mod openai;
 mod pipeline;
 mod props;
