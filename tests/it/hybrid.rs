@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use strata::model::{BoxFuture, ChatModel, ChatReply, ChatRequest, ModelError};
 use strata::{Config, Engine, NoProgress, QueryResult};
 
 // ---------------------------------------------------------------- the mock server
@@ -33,6 +34,8 @@ struct Mock {
     requests: AtomicUsize,
     texts: AtomicUsize,
     batches: Mutex<Vec<usize>>,
+    /// Every text embedded, in arrival order.
+    inputs: Mutex<Vec<String>>,
 }
 
 /// A word as the mock's "model" understands it: stop words dropped, a plural `s` cut,
@@ -93,6 +96,7 @@ async fn embeddings(
     mock.requests.fetch_add(1, Ordering::SeqCst);
     mock.texts.fetch_add(inputs.len(), Ordering::SeqCst);
     mock.batches.lock().unwrap().push(inputs.len());
+    mock.inputs.lock().unwrap().extend(inputs.iter().cloned());
     let mut data: Vec<Value> = inputs
         .iter()
         .enumerate()
@@ -118,6 +122,7 @@ fn serve(rt: &tokio::runtime::Runtime) -> (Arc<Mock>, String) {
         requests: AtomicUsize::new(0),
         texts: AtomicUsize::new(0),
         batches: Mutex::default(),
+        inputs: Mutex::default(),
     });
     let app = Router::new()
         .route("/v1/embeddings", post(embeddings))
@@ -483,4 +488,124 @@ fn hybrid_is_configured_by_env_and_cli_and_reported_as_json() {
     assert!(traj.contains("hybrid"), "{traj}");
     let v: Value = serde_json::from_str(&run(&["--json", "stats"])).unwrap();
     assert_eq!(v["embeddings"].as_u64(), Some(n));
+}
+
+/// A root model that navigates like a sensible one: abstract → groups → grep for its own
+/// keywords ("boat cost") at FULL → peek the passage about the harbour authority → quote it.
+struct Root;
+
+fn action(v: Value) -> String {
+    let mut base = json!({
+        "hypothesis": "", "learned": "", "ids": [], "pattern": "", "level": "full",
+        "instruction": "", "quotes": [], "confidence": 0.0, "ready": false
+    });
+    for (k, x) in v.as_object().unwrap() {
+        base[k] = x.clone();
+    }
+    base.to_string()
+}
+
+/// `(handle, level, rest)` of each working-set line of a navigation prompt.
+fn listed(user: &str) -> Vec<(String, String, String)> {
+    let ws = user.split("Working set (").nth(1).unwrap_or("");
+    ws.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (h, rest) = l.split_once(" [")?;
+            let (lvl, rest) = rest.split_once("] ")?;
+            h.starts_with('n')
+                .then(|| (h.to_string(), lvl.to_string(), rest.to_string()))
+        })
+        .collect()
+}
+
+impl ChatModel for Root {
+    fn identity(&self) -> String {
+        "fake-root".into()
+    }
+
+    fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatReply, ModelError>> {
+        let text = match req.schema.as_ref().map(|s| s.0.as_str()) {
+            Some("intent") => json!({"entity": "harbour boat", "attribute": "cost",
+                "output_type": "number", "keywords": ["boat", "cost"]})
+            .to_string(),
+            Some("action") => {
+                let last = req
+                    .user
+                    .split("Last result:\n")
+                    .nth(1)
+                    .unwrap_or("")
+                    .split("\nWorking set (")
+                    .next()
+                    .unwrap_or("");
+                let ws = listed(&req.user);
+                let ferry = ws
+                    .iter()
+                    .find(|w| w.1 == "full" && w.2.contains("harbour authority"));
+                if last.contains(ANSWER) {
+                    let h = &ferry.expect("the peeked chunk is in the working set").0;
+                    action(
+                        json!({"action": "finish", "quotes": [{"id": h, "quote": ANSWER}],
+                        "confidence": 0.9, "ready": true}),
+                    )
+                } else {
+                    match (ws[0].1.as_str(), ferry) {
+                        ("abstract", _) => action(json!({"action": "descend", "ids": [ws[0].0]})),
+                        ("summary", _) => action(
+                            json!({"action": "grep", "pattern": "boat cost", "level": "full"}),
+                        ),
+                        (_, Some(f)) => action(json!({"action": "peek", "ids": [f.0]})),
+                        // Not found: give up (the test then fails on the answer).
+                        _ => action(json!({"action": "finish", "quotes": [], "confidence": 0.0})),
+                    }
+                }
+            }
+            other => panic!("unexpected request {other:?}"),
+        };
+        Box::pin(async move {
+            Ok(ChatReply {
+                text,
+                truncated: false,
+            })
+        })
+    }
+}
+
+#[test]
+fn the_llm_policy_greps_hybrid_with_its_own_keywords() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, url) = serve(&rt);
+    let mut c = cfg(Some(&url));
+    c.query = Default::default();
+    let e = engine(c, dir.path()).with_root(Arc::new(Root), None);
+    compress(&rt, &e, "kb", T0);
+    // BM25 alone finds only the tours page for "boat cost".
+    let bm25 = e
+        .grep(&[], "boat cost", &[strata::Level::Full], 10, T0)
+        .unwrap();
+    assert_eq!(bm25.len(), 1);
+    assert!(bm25[0].text.contains("Boat tours"));
+
+    let r = ask(&rt, &e, QUESTION);
+    assert_eq!(
+        r.citations
+            .iter()
+            .map(|c| c.quote.as_str())
+            .collect::<Vec<_>>(),
+        [ANSWER],
+        "{:#?}",
+        r.trajectory
+    );
+    assert_eq!(r.usage.fallbacks, 0, "{:#?}", r.trajectory);
+    // The question and the model's own pattern were embedded, once each.
+    let inputs = mock.inputs.lock().unwrap();
+    for q in [QUESTION, "boat cost"] {
+        assert_eq!(inputs.iter().filter(|t| *t == q).count(), 1, "{q}");
+    }
+    let grep = grep_details(&r)
+        .into_iter()
+        .find(|d| d.starts_with("\"boat cost\""))
+        .expect("the model's grep");
+    assert!(grep.contains("(hybrid: 1 BM25 + "), "{grep}");
 }
