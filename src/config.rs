@@ -239,7 +239,8 @@ impl Default for ModelConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct EmbedConfig {
     /// Empty (or `off`): BM25 only. `openai:MODEL` for any OpenAI-compatible
-    /// `/v1/embeddings`.
+    /// `/v1/embeddings`; `local:DIR` for all-MiniLM-L6-v2 run in-process (feature
+    /// `local-embed`, files from `scripts/fetch-minilm.sh`).
     pub model: String,
     /// Base URL of the embeddings API. Empty: `model.base_url`, then `OPENAI_BASE_URL`,
     /// then `https://api.openai.com/v1`.

@@ -32,6 +32,10 @@ pub enum EmbedSpec {
     Off,
     /// `openai:MODEL`: any server with an OpenAI-compatible `/v1/embeddings`.
     OpenAi(String),
+    /// `local:DIR`: a BERT sentence encoder (all-MiniLM-L6-v2) from `config.json`,
+    /// `model.safetensors` and `tokenizer.json` in DIR, run in-process (feature
+    /// `local-embed`; `scripts/fetch-minilm.sh` fetches the files).
+    Local(String),
 }
 
 impl EmbedSpec {
@@ -44,8 +48,11 @@ impl EmbedSpec {
             Some(("openai", name)) if !name.trim().is_empty() => {
                 Ok(EmbedSpec::OpenAi(name.trim().to_string()))
             }
+            Some(("local", dir)) if !dir.trim().is_empty() => {
+                Ok(EmbedSpec::Local(dir.trim().to_string()))
+            }
             _ => Err(format!(
-                "unknown embedding model `{s}`: expected `off`, `openai:MODEL` (an OpenAI-compatible /v1/embeddings)"
+                "unknown embedding model `{s}`: expected `off`, `openai:MODEL` (an OpenAI-compatible /v1/embeddings) or `local:DIR` (feature local-embed)"
             )),
         }
     }
@@ -108,7 +115,12 @@ mod tests {
             EmbedSpec::parse("openai:text-embedding-3-small"),
             Ok(EmbedSpec::OpenAi("text-embedding-3-small".into()))
         );
+        assert_eq!(
+            EmbedSpec::parse("local:/m/minilm"),
+            Ok(EmbedSpec::Local("/m/minilm".into()))
+        );
         assert!(EmbedSpec::parse("openai:").is_err());
+        assert!(EmbedSpec::parse("local:").is_err());
         assert!(EmbedSpec::parse("bert").is_err());
     }
 

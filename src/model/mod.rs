@@ -3,6 +3,8 @@
 
 pub mod embed;
 pub mod limit;
+#[cfg(feature = "local-embed")]
+pub mod local;
 pub mod offline;
 pub mod openai;
 pub mod prompts;
@@ -227,6 +229,7 @@ impl Models {
                     limiter.clone(),
                 )))
             }
+            EmbedSpec::Local(dir) => Some(local_embedder(&dir, e.batch)?),
         };
         Ok(Models {
             sub,
@@ -236,6 +239,21 @@ impl Models {
             limiter,
         })
     }
+}
+
+#[cfg(feature = "local-embed")]
+fn local_embedder(dir: &str, batch: usize) -> Result<Arc<dyn Embedder>> {
+    Ok(Arc::new(local::LocalEmbedder::load(
+        std::path::Path::new(dir),
+        batch,
+    )?))
+}
+
+#[cfg(not(feature = "local-embed"))]
+fn local_embedder(dir: &str, _batch: usize) -> Result<Arc<dyn Embedder>> {
+    Err(Error::Config(format!(
+        "embed.model = local:{dir} needs strata built with `--features local-embed`"
+    )))
 }
 
 /// Runs CPU-bound work on rayon's pool and awaits it without blocking the async executor.
