@@ -69,6 +69,9 @@ pub struct BuildReport {
     pub indexed: usize,
     /// Model traffic: calls, tokens and estimated cost per model.
     pub usage: Usage,
+    /// The embedding step (hybrid retrieval); absent when no embedder is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<crate::hybrid::EmbedReport>,
 }
 
 pub(crate) struct Builder<'a> {
@@ -158,6 +161,7 @@ impl Builder<'_> {
             built_by_level: by_level,
             indexed: 0,
             usage,
+            embeddings: None,
         };
         Ok((report, built))
     }

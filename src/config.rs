@@ -16,6 +16,7 @@ pub struct Config {
     pub query: QueryConfig,
     pub server: ServerConfig,
     pub model: ModelConfig,
+    pub embed: EmbedConfig,
     pub prices: Prices,
 }
 
@@ -232,6 +233,65 @@ impl Default for ModelConfig {
     }
 }
 
+/// Dense retrieval: an embedding model whose vectors are fused with BM25 in every grep of
+/// the navigator. Off unless `model` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbedConfig {
+    /// Empty (or `off`): BM25 only. `openai:MODEL` for any OpenAI-compatible
+    /// `/v1/embeddings`; `local:DIR` for all-MiniLM-L6-v2 run in-process (feature
+    /// `local-embed`, files from `scripts/fetch-minilm.sh`).
+    pub model: String,
+    /// Base URL of the embeddings API. Empty: `model.base_url`, then `OPENAI_BASE_URL`,
+    /// then `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The environment variable holding the API key; empty = `model.api_key_env`.
+    pub api_key_env: String,
+    /// Texts per embeddings request.
+    pub batch: usize,
+    /// Levels whose nodes get a vector at build time, comma-separated.
+    pub levels: String,
+    /// The `k` of reciprocal-rank fusion: score = Σ 1 / (k + rank).
+    pub rrf_k: f64,
+    /// Dense hits need a cosine similarity above this.
+    pub min_similarity: f64,
+}
+
+impl Default for EmbedConfig {
+    fn default() -> Self {
+        EmbedConfig {
+            model: String::new(),
+            base_url: String::new(),
+            api_key_env: String::new(),
+            batch: 64,
+            levels: "full,detailed,summary,abstract".into(),
+            rrf_k: 60.0,
+            min_similarity: 0.0,
+        }
+    }
+}
+
+impl EmbedConfig {
+    /// The levels `levels` names.
+    pub fn levels(&self) -> Result<Vec<crate::level::Level>> {
+        let mut out = Vec::new();
+        for l in self
+            .levels
+            .split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+        {
+            let l: crate::level::Level = l
+                .parse()
+                .map_err(|e| Error::Config(format!("embed.levels: {e}")))?;
+            if !out.contains(&l) {
+                out.push(l);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// USD per million tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -363,6 +423,20 @@ impl Config {
             .map_err(|e| Error::Config(format!("model.sub: {e}")))?;
         crate::model::ModelSpec::parse(&self.model.root)
             .map_err(|e| Error::Config(format!("model.root: {e}")))?;
+        crate::model::embed::EmbedSpec::parse(&self.embed.model)
+            .map_err(|e| Error::Config(format!("embed.model: {e}")))?;
+        if self.embed.batch == 0 || self.embed.batch > 2048 {
+            return bad("embed.batch must be in 1..=2048");
+        }
+        if self.embed.levels()?.is_empty() {
+            return bad("embed.levels names no level");
+        }
+        if !(self.embed.rrf_k >= 0.0 && self.embed.rrf_k.is_finite()) {
+            return bad("embed.rrf_k must be a non-negative number");
+        }
+        if !(-1.0..1.0).contains(&self.embed.min_similarity) {
+            return bad("embed.min_similarity must be in [-1, 1)");
+        }
         if self.model.timeout_ms == 0 {
             return bad("model.timeout_ms must be at least 1");
         }

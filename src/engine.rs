@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::level::Level;
 use crate::model::usage::metered;
-use crate::model::{ChatModel, Limiter, Meter, Models, Offline, SubModel, Usage};
+use crate::model::{ChatModel, Embedder, Limiter, Meter, Models, Offline, SubModel, Usage};
 use crate::navigate::{Explorer, QueryResult};
 use crate::node::{Meta, Node, NodeId, Span, full_id};
 use crate::plan::Plan;
@@ -39,6 +39,8 @@ pub struct Engine {
     root: Option<Arc<dyn ChatModel>>,
     /// Serves `partition_map` (the sub model when it can chat, else the root model).
     helper: Option<Arc<dyn ChatModel>>,
+    /// Embeds nodes (at build time) and questions for hybrid retrieval; `None`: BM25 only.
+    embedder: Option<Arc<dyn Embedder>>,
     /// Shared by every model client: one limit on concurrent calls, rates, backoff.
     limiter: Arc<Limiter>,
     /// Serialises writers of scope records (ingest, append, the end of a build). A std
@@ -92,6 +94,10 @@ pub struct Stats {
     pub disk_bytes: u64,
     pub tokenizer: &'static str,
     pub model: String,
+    /// The embedding model of hybrid retrieval (none: BM25 only).
+    pub embed_model: Option<String>,
+    /// Stored node vectors (every embedding model).
+    pub embeddings: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -113,6 +119,8 @@ pub struct GcReport {
     pub expired: usize,
     pub unreachable: usize,
     pub remaining: usize,
+    /// Stored vectors whose node is gone.
+    pub embeddings_removed: usize,
 }
 
 impl Engine {
@@ -147,6 +155,7 @@ impl Engine {
             fallback: Arc::new(Offline),
             root: models.root,
             helper: models.helper,
+            embedder: models.embedder,
             limiter: models.limiter,
             write: std::sync::Mutex::new(()),
         })
@@ -162,6 +171,17 @@ impl Engine {
         self.root = Some(root);
         self.helper = helper;
         self
+    }
+
+    /// Uses `embedder` for hybrid retrieval (`None`: BM25 only).
+    pub fn with_embedder(mut self, embedder: Option<Arc<dyn Embedder>>) -> Engine {
+        self.embedder = embedder;
+        self
+    }
+
+    /// The embedding model of hybrid retrieval, if one is configured.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
     }
 
     /// The flow control every model client of this engine shares.
@@ -587,6 +607,26 @@ impl Engine {
         report.indexed = built.len();
         self.stage(&built)?;
         self.commit_index()?;
+        if let Some(embedder) = &self.embedder {
+            // Vectors for the nodes that lack one; a failing server is reported, not fatal.
+            let meter = Arc::new(Meter::default());
+            let levels = self.cfg.embed.levels()?;
+            let r = metered(
+                meter.clone(),
+                crate::hybrid::embed_plan(
+                    &self.store,
+                    embedder.as_ref(),
+                    &levels,
+                    &plan,
+                    now,
+                    self.cfg.build.concurrency,
+                    progress,
+                ),
+            )
+            .await?;
+            report.usage.add(&meter, &self.cfg.prices);
+            report.embeddings = Some(r);
+        }
         if report.failures.is_empty() {
             // The newest complete view, served while a later build is still running.
             self.store.put_view(scope, &plan)?;
@@ -743,7 +783,8 @@ impl Engine {
             for s in &names {
                 plans.push(self.ensure_built(s, now, progress).await?.0);
             }
-            let explorer = Explorer::new(self, plans, qcfg.clone(), now);
+            let mut explorer = Explorer::new(self, plans, qcfg.clone(), now);
+            explorer.embed_question(question).await;
             match self.root.as_ref().filter(|_| qcfg.strategy != "offline") {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
@@ -848,6 +889,8 @@ impl Engine {
             disk_bytes: self.store.size_on_disk(),
             tokenizer: crate::token::TOKENIZER,
             model: self.model.identity(),
+            embed_model: self.embedder.as_ref().map(|e| e.identity()),
+            embeddings: self.store.n_embeddings(),
         })
     }
 
@@ -876,6 +919,7 @@ impl Engine {
             // nodes are ever unreachable.
             self.store.remove_node(id)?;
         }
+        let embeddings_removed = self.store.remove_orphan_embeddings()?;
         self.index.delete(&expired)?;
         self.index.delete(&unreachable)?;
         self.index.commit()?;
@@ -884,6 +928,7 @@ impl Engine {
             expired: expired.len(),
             unreachable: unreachable.len(),
             remaining: self.store.n_nodes(),
+            embeddings_removed,
         })
     }
 

@@ -32,6 +32,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod expire;
+pub mod hybrid;
 pub mod index;
 pub mod jobs;
 pub mod level;

@@ -35,6 +35,14 @@ struct Cli {
     /// An OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1 (sets model.base_url).
     #[arg(long, global = true, value_name = "URL")]
     base_url: Option<String>,
+    /// Embedding model for hybrid (dense + BM25) retrieval: `openai:MODEL`, or `off`
+    /// (sets embed.model).
+    #[arg(long, global = true, value_name = "MODEL")]
+    embed_model: Option<String>,
+    /// The OpenAI-compatible API serving /v1/embeddings (sets embed.base_url; default:
+    /// the --base-url one).
+    #[arg(long, global = true, value_name = "URL")]
+    embed_base_url: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -196,6 +204,12 @@ fn run(cli: Cli) -> Result<()> {
     if let Some(u) = cli.base_url {
         cfg.model.base_url = u;
     }
+    if let Some(m) = cli.embed_model {
+        cfg.embed.model = m;
+    }
+    if let Some(u) = cli.embed_base_url {
+        cfg.embed.base_url = u;
+    }
     cfg.validate()?;
     if let Cmd::Eval { .. } = cli.cmd {
         return eval(cli.cmd, cfg, cli.json);
@@ -241,6 +255,15 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Compress { scope } => {
             let bar = Bar::new();
             let r = rt.block_on(engine.compress(&scope, now, &bar))?;
+            if let Some(e) = &r.embeddings
+                && e.failed > 0
+            {
+                eprintln!(
+                    "warning: {} node(s) have no embedding ({}); retrieval over them is BM25 only until a later compress",
+                    e.failed,
+                    e.error.as_deref().unwrap_or("unknown error")
+                );
+            }
             if json {
                 print_json(&r)?;
             } else {
@@ -266,6 +289,16 @@ fn run(cli: Cli) -> Result<()> {
                         r.over_budget,
                         r.unfaithful,
                         r.model_errors
+                    );
+                }
+                if let Some(e) = &r.embeddings {
+                    out!(
+                        "  embeddings ({}): {} embedded, {} reused, {} failed, {} request(s)",
+                        e.model,
+                        e.embedded,
+                        e.reused,
+                        e.failed,
+                        e.requests
                     );
                 }
                 print_usage(&r.usage)?;
@@ -417,6 +450,9 @@ fn run(cli: Cli) -> Result<()> {
                     s.tokenizer,
                     s.model
                 );
+                if let Some(m) = &s.embed_model {
+                    out!("  hybrid retrieval: {m}; {} vectors stored", s.embeddings);
+                }
                 for sc in &s.scopes {
                     let l = sc.live_by_level;
                     out!(
@@ -446,9 +482,10 @@ fn run(cli: Cli) -> Result<()> {
                 print_json(&r)?;
             } else {
                 out!(
-                    "removed {} expired and {} unreachable nodes; {} remain",
+                    "removed {} expired and {} unreachable nodes, {} orphaned embeddings; {} nodes remain",
                     r.expired,
                     r.unreachable,
+                    r.embeddings_removed,
                     r.remaining
                 );
             }

@@ -15,6 +15,7 @@ use crate::text;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+mod hybrid;
 pub mod llm;
 
 /// One cited source span. `quote == source_text[start..end]`, always.
@@ -79,6 +80,8 @@ pub struct Explorer<'a> {
     trajectory: Vec<Step>,
     history: Vec<String>,
     no_narrowing: u32,
+    /// Dense retrieval, when the engine has an embedder: grep is hybrid.
+    dense: Option<crate::hybrid::Dense>,
 }
 
 impl<'a> Explorer<'a> {
@@ -115,6 +118,9 @@ impl<'a> Explorer<'a> {
             trajectory: Vec::new(),
             history: Vec::new(),
             no_narrowing: 0,
+            dense: engine
+                .embedder()
+                .map(|e| crate::hybrid::Dense::new(e.clone(), &engine.config().embed)),
         }
     }
 
@@ -169,8 +175,10 @@ impl<'a> Explorer<'a> {
         Ok(out)
     }
 
-    /// BM25 search over `levels` of the explored scopes, optionally within given nodes.
-    /// Hits outside the current trees (stale index entries) are dropped.
+    /// BM25 search over `levels` of the explored scopes, optionally within given nodes,
+    /// fused with a dense (embedding) ranking of the same candidates when the engine has
+    /// an embedder (see `navigate::hybrid`). Hits outside the current trees (stale index
+    /// entries) are dropped.
     pub fn grep(
         &mut self,
         pattern: &str,
@@ -191,11 +199,13 @@ impl<'a> Explorer<'a> {
             .filter(|h| self.places.contains_key(&h.id) || self.meta_of.contains_key(&h.id))
             .map(|h| (h.id, h.score))
             .collect();
+        // With an embedder: fused with the dense ranking of the same candidates.
+        let (hits, how) = self.fuse_dense(pattern, levels, within, limit, hits)?;
         let lv: Vec<&str> = levels.iter().map(|l| l.name()).collect();
         self.step(
             "grep",
             format!(
-                "{pattern:?} at {}{}: {} hit(s)",
+                "{pattern:?} at {}{}: {} hit(s){how}",
                 lv.join("/"),
                 if within.is_some() {
                     " within the working set"

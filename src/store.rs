@@ -6,6 +6,9 @@
 //! - `scopes`:  `scope` → [`ScopeRecord`]
 //! - `nodes`:   node id → [`Node`]
 //! - `expiry`:  big-endian `expires_at` ++ node id → `()`; a sweep is a range scan.
+//! - `embeddings`: 8-byte hash of the embedder's identity ++ node id → unit vector
+//!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every scope and
+//!   every rebuild that reaches the node.
 //!
 //! Values are bincode (serde, standard config) behind a one-byte format version.
 
@@ -105,6 +108,8 @@ pub struct Store {
     jobs: sled::Tree,
     /// Ids of nodes written to the index but not yet committed there.
     unindexed: sled::Tree,
+    /// Node vectors per embedder (see [`EmbedKey`]).
+    embeddings: sled::Tree,
     /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
     pub(crate) expiry_changed: Arc<Notify>,
     earliest: Arc<AtomicU64>,
@@ -129,6 +134,26 @@ pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T>
             "{what}: format version {v}, this strata reads version {FORMAT}"
         ))),
         None => Err(Error::DataCorruption(format!("{what}: empty value"))),
+    }
+}
+
+/// The short hash of an embedder's identity that prefixes its vectors' keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EmbedKey(pub [u8; 8]);
+
+impl EmbedKey {
+    pub fn of(identity: &str) -> EmbedKey {
+        let h = blake3::hash(identity.as_bytes());
+        let mut k = [0u8; 8];
+        k.copy_from_slice(&h.as_bytes()[..8]);
+        EmbedKey(k)
+    }
+
+    fn key(&self, id: &NodeId) -> [u8; 40] {
+        let mut k = [0u8; 40];
+        k[..8].copy_from_slice(&self.0);
+        k[8..].copy_from_slice(&id.0);
+        k
     }
 }
 
@@ -201,6 +226,7 @@ impl Store {
             views: db.open_tree("views")?,
             jobs: db.open_tree("jobs")?,
             unindexed: db.open_tree("unindexed")?,
+            embeddings: db.open_tree("embeddings")?,
             db,
             expiry_changed: Arc::new(Notify::new()),
             earliest: Arc::new(AtomicU64::new(u64::MAX)),
@@ -426,6 +452,55 @@ impl Store {
     pub fn clear_unindexed(&self) -> Result<()> {
         self.unindexed.clear()?;
         Ok(())
+    }
+
+    // ---- embeddings: node vectors per embedder ----
+
+    pub fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for (id, v) in vectors {
+            batch.insert(&model.key(id)[..], encode(v)?);
+        }
+        self.embeddings.apply_batch(batch)?;
+        Ok(())
+    }
+
+    pub fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
+        match self.embeddings.get(model.key(id))? {
+            Some(v) => Ok(Some(decode(&format!("embedding of {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
+        Ok(self.embeddings.contains_key(model.key(id))?)
+    }
+
+    /// Vectors stored, for every embedder.
+    pub fn n_embeddings(&self) -> usize {
+        self.embeddings.len()
+    }
+
+    /// Removes the vectors (of every embedder) whose node is no longer in the store.
+    pub fn remove_orphan_embeddings(&self) -> Result<usize> {
+        let mut orphans = Vec::new();
+        for k in self.embeddings.iter().keys() {
+            let k = k?;
+            if k.len() != 40 {
+                return Err(Error::DataCorruption(
+                    "embedding key is not 40 bytes".into(),
+                ));
+            }
+            if !self.nodes.contains_key(&k[8..])? {
+                orphans.push(k);
+            }
+        }
+        let mut batch = sled::Batch::default();
+        for k in &orphans {
+            batch.remove(k.clone());
+        }
+        self.embeddings.apply_batch(batch)?;
+        Ok(orphans.len())
     }
 
     // ---- views: the last complete tree of each scope ----

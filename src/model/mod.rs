@@ -1,7 +1,10 @@
 //! The sub-model seam. Every compressor — the offline extractive one, a real LLM — implements
 //! [`SubModel`], so the build never knows which one it is talking to.
 
+pub mod embed;
 pub mod limit;
+#[cfg(feature = "local-embed")]
+pub mod local;
 pub mod offline;
 pub mod openai;
 pub mod prompts;
@@ -14,9 +17,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use embed::{EmbedSpec, Embedder};
 pub use limit::{LimitConfig, Limiter};
 pub use offline::Offline;
-pub use openai::OpenAi;
+pub use openai::{OpenAi, OpenAiEmbedder};
 pub use usage::{Meter, ModelUsage, Usage};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -139,6 +143,8 @@ pub struct Models {
     pub helper: Option<Arc<dyn ChatModel>>,
     /// Navigates (none: the offline navigator).
     pub root: Option<Arc<dyn ChatModel>>,
+    /// Embeds nodes and questions for hybrid retrieval (none: BM25 only).
+    pub embedder: Option<Arc<dyn Embedder>>,
     /// Shared by every client above.
     pub limiter: Arc<Limiter>,
 }
@@ -157,14 +163,16 @@ impl Models {
             backoff: std::time::Duration::from_millis(m.backoff_ms),
             backoff_max: std::time::Duration::from_millis(m.backoff_max_ms),
         }));
+        let key = |key_env: &str| (!key_env.is_empty()).then(|| env(key_env)).flatten();
+        let base_url = |base: &str| match base.trim() {
+            "" => env("OPENAI_BASE_URL")
+                .filter(|b| !b.trim().is_empty())
+                .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
+            b => b.to_string(),
+        };
         let client = |name: String, base: &str, key_env: &str| -> Arc<OpenAi> {
-            let key = (!key_env.is_empty()).then(|| env(key_env)).flatten();
-            let base = match base.trim() {
-                "" => env("OPENAI_BASE_URL")
-                    .filter(|b| !b.trim().is_empty())
-                    .unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_string()),
-                b => b.to_string(),
-            };
+            let key = key(key_env);
+            let base = base_url(base);
             Arc::new(OpenAi::new(
                 openai::Settings::from_config(name, base, key, m),
                 limiter.clone(),
@@ -197,13 +205,55 @@ impl Models {
                 Some(client(name, base, key_env))
             }
         };
+        let e = &cfg.embed;
+        let embedder: Option<Arc<dyn Embedder>> = match EmbedSpec::parse(&e.model)
+            .map_err(|err| Error::Config(format!("embed.model: {err}")))?
+        {
+            EmbedSpec::Off => None,
+            EmbedSpec::OpenAi(name) => {
+                let base = if e.base_url.trim().is_empty() {
+                    &m.base_url
+                } else {
+                    &e.base_url
+                };
+                let key_env = if e.api_key_env.is_empty() {
+                    &m.api_key_env
+                } else {
+                    &e.api_key_env
+                };
+                Some(Arc::new(OpenAiEmbedder::new(
+                    name,
+                    base_url(base),
+                    key(key_env),
+                    e.batch,
+                    limiter.clone(),
+                )))
+            }
+            EmbedSpec::Local(dir) => Some(local_embedder(&dir, e.batch)?),
+        };
         Ok(Models {
             sub,
             helper,
             root,
+            embedder,
             limiter,
         })
     }
+}
+
+#[cfg(feature = "local-embed")]
+fn local_embedder(dir: &str, batch: usize) -> Result<Arc<dyn Embedder>> {
+    Ok(Arc::new(local::LocalEmbedder::load(
+        std::path::Path::new(dir),
+        batch,
+    )?))
+}
+
+#[cfg(not(feature = "local-embed"))]
+fn local_embedder(dir: &str, _batch: usize) -> Result<Arc<dyn Embedder>> {
+    Err(Error::Config(format!(
+        "embed.model = local:{dir} needs strata built with `--features local-embed`"
+    )))
 }
 
 /// Runs CPU-bound work on rayon's pool and awaits it without blocking the async executor.

@@ -6,6 +6,7 @@
 //! pause, rate limits and timeouts all belong to the engine's [`Limiter`], which every
 //! client shares.
 
+use super::embed::{Embedder, check_vectors};
 use super::limit::{Failure, Limiter, PRIORITY_NAVIGATION, Reply};
 use super::{
     BoxFuture, ChatModel, ChatReply, ChatRequest, CompressRequest, ModelError, SubModel, prompts,
@@ -19,6 +20,7 @@ use async_openai::types::chat::{
     ChatCompletionRequestMessage, CreateChatCompletionRequest, CreateChatCompletionResponse,
     FinishReason, ResponseFormat, ResponseFormatJsonSchema,
 };
+use async_openai::types::embeddings::{CreateEmbeddingRequest, EmbeddingInput, EncodingFormat};
 use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt as _;
@@ -96,36 +98,43 @@ fn retry_after(ms: Option<&str>, secs: Option<&str>) -> Option<Duration> {
     }
 }
 
+/// An async-openai client for `base_url` whose transport turns 429 and 5xx responses into
+/// errors carrying `Retry-After` (async-openai's own retries are not used: the shared
+/// [`Limiter`] retries).
+fn client(base_url: &str, api_key: Option<&str>) -> Client<OpenAIConfig> {
+    let config = OpenAIConfig::new()
+        .with_api_base(base_url.trim_end_matches('/'))
+        .with_api_key(api_key.unwrap_or_default());
+    let transport = ReqwestService::default().and_then(|resp: Response| async move {
+        let status = resp.status().as_u16();
+        if status != 429 && !(500..600).contains(&status) {
+            return Ok(resp);
+        }
+        let header = |k: &str| {
+            resp.headers()
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = retry_after(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+        );
+        let mut body = resp.text().await.unwrap_or_default();
+        body.truncate(300);
+        Err(OpenAIError::Boxed(Box::new(HttpStatus {
+            status,
+            retry_after,
+            body,
+        })))
+    });
+    Client::with_config(config).with_http_service(transport)
+}
+
 impl OpenAi {
     pub fn new(s: Settings, limiter: Arc<Limiter>) -> OpenAi {
-        let config = OpenAIConfig::new()
-            .with_api_base(s.base_url.trim_end_matches('/'))
-            .with_api_key(s.api_key.clone().unwrap_or_default());
-        let transport = ReqwestService::default().and_then(|resp: Response| async move {
-            let status = resp.status().as_u16();
-            if status != 429 && !(500..600).contains(&status) {
-                return Ok(resp);
-            }
-            let header = |k: &str| {
-                resp.headers()
-                    .get(k)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            };
-            let retry_after = retry_after(
-                header("retry-after-ms").as_deref(),
-                header("retry-after").as_deref(),
-            );
-            let mut body = resp.text().await.unwrap_or_default();
-            body.truncate(300);
-            Err(OpenAIError::Boxed(Box::new(HttpStatus {
-                status,
-                retry_after,
-                body,
-            })))
-        });
         OpenAi {
-            client: Client::with_config(config).with_http_service(transport),
+            client: client(&s.base_url, s.api_key.as_deref()),
             s,
             limiter,
         }
@@ -178,7 +187,7 @@ impl OpenAi {
                 async move {
                     match self.client.chat().create(body).await {
                         Ok(resp) => reply(resp, req).await,
-                        Err(e) => Err(classify(e)),
+                        Err(e) => Err(classify(e, "a chat completion")),
                     }
                 }
             })
@@ -228,7 +237,7 @@ async fn reply(
     })
 }
 
-fn classify(e: OpenAIError) -> Failure {
+fn classify(e: OpenAIError, what: &str) -> Failure {
     match e {
         OpenAIError::Boxed(b) => match b.downcast::<HttpStatus>() {
             Ok(h) if h.status == 429 => Failure::RateLimited {
@@ -246,7 +255,7 @@ fn classify(e: OpenAIError) -> Failure {
         }
         OpenAIError::ApiError(r) => Failure::Fatal(ModelError::Failed(r.to_string())),
         OpenAIError::JSONDeserialize(e, _) => Failure::Fatal(ModelError::BadOutput(format!(
-            "the response is not a chat completion: {e}"
+            "the response is not {what}: {e}"
         ))),
         other => Failure::Fatal(ModelError::Failed(other.to_string())),
     }
@@ -295,6 +304,107 @@ impl ChatModel for OpenAi {
 
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatReply, ModelError>> {
         Box::pin(self.complete(PRIORITY_NAVIGATION, req))
+    }
+}
+
+/// An embedding model behind an OpenAI-compatible `/v1/embeddings` (OpenAI, vLLM, Ollama,
+/// a llama.cpp server started with `--embeddings`). Calls go through the shared
+/// [`Limiter`], like chat calls: the same concurrency limit, retries, backoff and 429 pause.
+pub struct OpenAiEmbedder {
+    client: Client<OpenAIConfig>,
+    model: String,
+    base_url: String,
+    batch: usize,
+    limiter: Arc<Limiter>,
+}
+
+impl OpenAiEmbedder {
+    pub fn new(
+        model: String,
+        base_url: String,
+        api_key: Option<String>,
+        batch: usize,
+        limiter: Arc<Limiter>,
+    ) -> OpenAiEmbedder {
+        OpenAiEmbedder {
+            client: client(&base_url, api_key.as_deref()),
+            model,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            batch: batch.max(1),
+            limiter,
+        }
+    }
+
+    /// One request for at most `batch` texts.
+    async fn request(&self, texts: Vec<String>, priority: u8) -> Result<Vec<Vec<f32>>, ModelError> {
+        let n = texts.len();
+        // For the tokens-per-minute bucket only (refunded with the server's count).
+        let est = texts.iter().map(|t| t.len() / 3 + 1).sum::<usize>() as u64;
+        let body = CreateEmbeddingRequest {
+            model: self.model.clone(),
+            input: EmbeddingInput::StringArray(texts),
+            encoding_format: Some(EncodingFormat::Float),
+            ..Default::default()
+        };
+        self.limiter
+            .run(&self.model, priority, est, || {
+                let body = body.clone();
+                async move {
+                    let resp = self
+                        .client
+                        .embeddings()
+                        .create(body)
+                        .await
+                        .map_err(|e| classify(e, "an embedding list"))?;
+                    let mut data = resp.data;
+                    data.sort_by_key(|d| d.index);
+                    if data.iter().enumerate().any(|(i, d)| d.index as usize != i) {
+                        return Err(Failure::Fatal(ModelError::BadOutput(
+                            "the embedding indices are not 0..n".into(),
+                        )));
+                    }
+                    let vectors = check_vectors(n, data.into_iter().map(|d| d.embedding).collect())
+                        .map_err(|e| Failure::Fatal(ModelError::BadOutput(e)))?;
+                    Ok(Reply {
+                        value: vectors,
+                        prompt_tokens: resp.usage.prompt_tokens as u64,
+                        completion_tokens: 0,
+                    })
+                }
+            })
+            .await
+    }
+}
+
+impl Embedder for OpenAiEmbedder {
+    fn identity(&self) -> String {
+        format!("openai:{}@{}", self.model, self.base_url)
+    }
+
+    fn batch(&self) -> usize {
+        self.batch
+    }
+
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        priority: u8,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, ModelError>> {
+        Box::pin(async move {
+            if texts.is_empty() {
+                return Ok(Vec::new());
+            }
+            let batches: Vec<Vec<String>> =
+                texts.chunks(self.batch).map(<[String]>::to_vec).collect();
+            let mut out = Vec::with_capacity(texts.len());
+            for r in
+                futures::future::join_all(batches.into_iter().map(|b| self.request(b, priority)))
+                    .await
+            {
+                out.extend(r?);
+            }
+            Ok(out)
+        })
     }
 }
 

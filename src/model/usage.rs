@@ -72,6 +72,30 @@ impl Usage {
     }
 }
 
+impl Usage {
+    /// Adds the calls `meter` recorded (priced with `prices`) to these totals.
+    pub fn add(&mut self, meter: &Meter, prices: &Prices) {
+        for (name, mut m) in meter.snapshot() {
+            m.cost_usd = prices.cost(&name, m.prompt_tokens, m.completion_tokens);
+            self.calls += m.calls;
+            self.prompt_tokens += m.prompt_tokens;
+            self.completion_tokens += m.completion_tokens;
+            self.cost_usd += m.cost_usd;
+            let e = self.by_model.entry(name).or_default();
+            e.calls += m.calls;
+            e.requests += m.requests;
+            e.retries += m.retries;
+            e.rate_limited += m.rate_limited;
+            e.server_errors += m.server_errors;
+            e.timeouts += m.timeouts;
+            e.failed += m.failed;
+            e.prompt_tokens += m.prompt_tokens;
+            e.completion_tokens += m.completion_tokens;
+            e.cost_usd += m.cost_usd;
+        }
+    }
+}
+
 /// Collects [`ModelUsage`] per model name.
 #[derive(Debug, Default)]
 pub struct Meter(Mutex<BTreeMap<String, ModelUsage>>);

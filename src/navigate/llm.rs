@@ -537,7 +537,10 @@ pub async fn run(
                 break;
             }
             Action::Peek(ids) => nav.peek(&ids)?,
-            Action::Grep { pattern, level } => nav.grep(&pattern, level)?,
+            Action::Grep { pattern, level } => {
+                nav.ex.embed_pattern(&pattern).await;
+                nav.grep(&pattern, level)?
+            }
             Action::Descend(ids) => nav.descend(&ids)?,
             Action::PartitionMap { ids, instruction } => {
                 nav.partition_map(helper, &ids, &instruction).await?
@@ -1108,7 +1111,9 @@ impl<'e, 'a> Nav<'e, 'a> {
         mine.step("fallback", format!("{why}; the offline policy answers"));
         mine.history
             .push(format!("{why}; answered by the offline policy"));
-        let fresh = Explorer::new(mine.engine, mine.plans.clone(), mine.cfg.clone(), mine.now);
+        let mut fresh = Explorer::new(mine.engine, mine.plans.clone(), mine.cfg.clone(), mine.now);
+        // The question's vector (hybrid grep) carries over.
+        fresh.dense = mine.dense.take();
         let mut r = super::offline(fresh, question)?;
         let mut trajectory = std::mem::take(&mut mine.trajectory);
         trajectory.append(&mut r.trajectory);

@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod eval;
+mod hybrid;
 mod openai;
 mod pipeline;
 mod props;
