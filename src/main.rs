@@ -112,52 +112,55 @@ enum Cmd {
     /// Measure answer quality on generated tasks over real text (needles in haystacks,
     /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
     /// eval.svg. Uses its own stores under --out, never --db.
-    Eval {
-        /// Directories of .txt files to cut haystacks from (e.g. from scripts/fetch-essays.sh
-        /// and scripts/fetch-sotu.sh); the first makes the small haystacks.
-        #[arg(long, required = true)]
-        corpus: Vec<PathBuf>,
-        /// Haystack sizes in tokens, comma-separated (8k, 512k, 2M...).
-        #[arg(long, value_delimiter = ',', default_value = "8k,32k,128k,512k,1M,2M")]
-        sizes: Vec<String>,
-        /// Single needles per haystack.
-        #[arg(long, default_value_t = 20)]
-        needles: usize,
-        /// Needles about real places, asked in other words, per haystack (at most 40).
-        #[arg(long, default_value_t = 10)]
-        paraphrases: usize,
-        /// Multi-needle questions (three facts each) per haystack.
-        #[arg(long, default_value_t = 4)]
-        multi: usize,
-        /// Multi-hop questions per haystack.
-        #[arg(long, default_value_t = 4)]
-        hops: usize,
-        /// Rounds of the generated debate (0 = skip the debate task).
-        #[arg(long, default_value_t = 200)]
-        debate_rounds: usize,
-        #[arg(long, default_value_t = 5)]
-        debate_speakers: usize,
-        #[arg(long, default_value_t = 12)]
-        debate_topics: usize,
-        /// Tokens of text for the per-level fidelity task (0 = skip).
-        #[arg(long, default_value = "100k")]
-        fidelity_tokens: String,
-        /// Hand-written questions over given files (data/questions.json for the samples).
-        #[arg(long, value_name = "FILE")]
-        questions: Option<PathBuf>,
-        #[arg(long, default_value_t = 7)]
-        seed: u64,
-        /// Where the report, the table and the plot are written.
-        #[arg(long, default_value = "eval-out")]
-        out: PathBuf,
-        /// Keep the stores built for each task (under OUT/work).
-        #[arg(long)]
-        keep: bool,
-        /// Fail (exit 1) when a task's accuracy over all sizes is below a floor:
-        /// TASK=MIN, e.g. single_needle=0.95 or debate=0.9; repeatable.
-        #[arg(long, value_name = "TASK=MIN")]
-        floor: Vec<String>,
-    },
+    Eval(EvalArgs),
+}
+
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// Directories of .txt files to cut haystacks from (e.g. from scripts/fetch-essays.sh
+    /// and scripts/fetch-sotu.sh); the first makes the small haystacks.
+    #[arg(long, required = true)]
+    corpus: Vec<PathBuf>,
+    /// Haystack sizes in tokens, comma-separated (8k, 512k, 2M...).
+    #[arg(long, value_delimiter = ',', default_value = "8k,32k,128k,512k,1M,2M")]
+    sizes: Vec<String>,
+    /// Single needles per haystack.
+    #[arg(long, default_value_t = 20)]
+    needles: usize,
+    /// Needles about real places, asked in other words, per haystack (at most 40).
+    #[arg(long, default_value_t = 10)]
+    paraphrases: usize,
+    /// Multi-needle questions (three facts each) per haystack.
+    #[arg(long, default_value_t = 4)]
+    multi: usize,
+    /// Multi-hop questions per haystack.
+    #[arg(long, default_value_t = 4)]
+    hops: usize,
+    /// Rounds of the generated debate (0 = skip the debate task).
+    #[arg(long, default_value_t = 200)]
+    debate_rounds: usize,
+    #[arg(long, default_value_t = 5)]
+    debate_speakers: usize,
+    #[arg(long, default_value_t = 12)]
+    debate_topics: usize,
+    /// Tokens of text for the per-level fidelity task (0 = skip).
+    #[arg(long, default_value = "100k")]
+    fidelity_tokens: String,
+    /// Hand-written questions over given files (data/questions.json for the samples).
+    #[arg(long, value_name = "FILE")]
+    questions: Option<PathBuf>,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Where the report, the table and the plot are written.
+    #[arg(long, default_value = "eval-out")]
+    out: PathBuf,
+    /// Keep the stores built for each task (under OUT/work).
+    #[arg(long)]
+    keep: bool,
+    /// Fail (exit 1) when a task's accuracy over all sizes is below a floor:
+    /// TASK=MIN, e.g. single_needle=0.95 or debate=0.9; repeatable.
+    #[arg(long, value_name = "TASK=MIN")]
+    floor: Vec<String>,
 }
 
 /// `println!` that treats a closed stdout (`strata query ... | head`) as the reader being
@@ -211,8 +214,8 @@ fn run(cli: Cli) -> Result<()> {
         cfg.embed.base_url = u;
     }
     cfg.validate()?;
-    if let Cmd::Eval { .. } = cli.cmd {
-        return eval(cli.cmd, cfg, cli.json);
+    if let Cmd::Eval(args) = cli.cmd {
+        return eval(args, cfg, cli.json);
     }
     let engine = Engine::open(&cli.db, cfg)
         .with_context(|| format!("cannot open the store at {}", cli.db.display()))?;
@@ -490,7 +493,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Cmd::Eval { .. } => unreachable!("handled before the store is opened"),
+        Cmd::Eval(_) => unreachable!("handled before the store is opened"),
         Cmd::Reindex => {
             let n = engine.reindex(now)?;
             if json {
@@ -504,28 +507,9 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// `strata eval`: generate, run, score, write the report; check the floors.
-fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
-    let Cmd::Eval {
-        corpus,
-        sizes,
-        needles,
-        paraphrases,
-        multi,
-        hops,
-        debate_rounds,
-        debate_speakers,
-        debate_topics,
-        fidelity_tokens,
-        questions,
-        seed,
-        out,
-        keep,
-        floor,
-    } = cmd
-    else {
-        unreachable!("called for eval only")
-    };
-    let floors = floor
+fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
+    let floors = a
+        .floor
         .iter()
         .map(|f| {
             let (task, min) = f.split_once('=').with_context(|| {
@@ -537,37 +521,40 @@ fn eval(cmd: Cmd, cfg: Config, json: bool) -> Result<()> {
             Ok((task.to_string(), min))
         })
         .collect::<Result<Vec<_>>>()?;
-    let sizes = sizes
+    let sizes = a
+        .sizes
         .iter()
         .filter(|s| !s.trim().is_empty())
         .map(|s| strata::eval::parse_tokens(s))
         .collect::<strata::Result<Vec<_>>>()?;
-    let fidelity_tokens = if fidelity_tokens.trim() == "0" {
+    let fidelity_tokens = if a.fidelity_tokens.trim() == "0" {
         0
     } else {
-        strata::eval::parse_tokens(&fidelity_tokens)?
+        strata::eval::parse_tokens(&a.fidelity_tokens)?
     };
+    let out = a.out;
     let opts = strata::eval::Options {
-        seed,
+        seed: a.seed,
         sizes,
-        needles,
-        paraphrases,
-        multi,
-        hops,
-        debate_rounds,
-        debate_speakers,
-        debate_topics,
+        needles: a.needles,
+        paraphrases: a.paraphrases,
+        multi: a.multi,
+        hops: a.hops,
+        debate_rounds: a.debate_rounds,
+        debate_speakers: a.debate_speakers,
+        debate_topics: a.debate_topics,
         fidelity_tokens,
-        questions,
+        questions: a.questions,
         work: out.join("work"),
-        keep,
+        keep: a.keep,
     };
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let docs = strata::eval::load_corpus(&corpus)?;
+    let docs = strata::eval::load_corpus(&a.corpus)?;
     eprintln!(
-        "eval: {} documents, {} tokens; seed {seed}",
+        "eval: {} documents, {} tokens; seed {}",
         docs.len(),
-        docs.iter().map(|d| d.tokens).sum::<usize>()
+        docs.iter().map(|d| d.tokens).sum::<usize>(),
+        opts.seed
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -642,9 +642,9 @@ pub fn debate(
     }
     let speakers = speakers.clamp(3, SPEAKERS.len());
     let topics = topics.clamp(1, CATEGORIES.len());
-    if rounds < 30 {
+    if rounds < 10 {
         return Err(Error::invalid(
-            "a generated debate needs at least 30 rounds",
+            "a generated debate needs at least 10 rounds",
         ));
     }
     let who: Vec<&str> = SPEAKERS[..speakers].to_vec();
