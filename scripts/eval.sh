@@ -7,10 +7,13 @@
 #   scripts/eval.sh --sizes 8k,32k --out /tmp/e
 #   scripts/eval.sh --model openai:qwen --root-model openai:qwen --base-url http://127.0.0.1:8080/v1 --sizes 8k
 #
-# Extra arguments go to `strata eval` (see `strata eval --help`).
+#   STRATA_FEATURES=local-embed scripts/eval.sh --embed-model local:$(scripts/fetch-minilm.sh | tail -n1) --sizes 8k,32k
+#
+# Extra arguments go to `strata eval` (see `strata eval --help`); STRATA_FEATURES names cargo
+# features to build with (e.g. local-embed, for in-process MiniLM embeddings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ESSAYS="$(scripts/fetch-essays.sh | tail -n1)"
 SOTU="$(scripts/fetch-sotu.sh | tail -n1)"
-cargo build --release --locked --quiet
-exec target/release/strata eval --corpus "$ESSAYS" --corpus "$SOTU" "$@"
+cargo build --release --locked --quiet ${STRATA_FEATURES:+--features "$STRATA_FEATURES"}
+exec target/release/strata eval --corpus "$ESSAYS" --corpus "$SOTU" --questions data/questions.json "$@"
