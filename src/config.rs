@@ -253,9 +253,15 @@ pub struct EmbedConfig {
     pub levels: String,
     /// The `k` of reciprocal-rank fusion: score = Σ 1 / (k + rank).
     pub rrf_k: f64,
+    /// Weight of the dense ranking in the fusion (BM25's is 1): score = 1/(k + rank_bm25)
+    /// + dense_weight/(k + rank_dense).
+    pub dense_weight: f64,
     /// Dense hits need a cosine similarity above this.
     pub min_similarity: f64,
 }
+
+/// The default weight of the dense ranking in hybrid fusion (see docs/EVAL.md).
+pub const DENSE_WEIGHT: f64 = 1.0;
 
 impl Default for EmbedConfig {
     fn default() -> Self {
@@ -266,6 +272,7 @@ impl Default for EmbedConfig {
             batch: 64,
             levels: "full,detailed,summary,abstract".into(),
             rrf_k: 60.0,
+            dense_weight: DENSE_WEIGHT,
             min_similarity: 0.0,
         }
     }
@@ -430,6 +437,9 @@ impl Config {
         }
         if self.embed.levels()?.is_empty() {
             return bad("embed.levels names no level");
+        }
+        if !(self.embed.dense_weight >= 0.0 && self.embed.dense_weight.is_finite()) {
+            return bad("embed.dense_weight must be a non-negative number");
         }
         if !(self.embed.rrf_k >= 0.0 && self.embed.rrf_k.is_finite()) {
             return bad("embed.rrf_k must be a non-negative number");

@@ -178,13 +178,23 @@ fn level_ids(plan: &Plan, levels: &[Level]) -> Vec<NodeId> {
 /// (ranks from 1; a repeat within one list counts once). Best first; ties go to the item
 /// with the better single rank, then the smaller item. At most `limit` items.
 pub fn rrf<T: Copy + Eq + Hash + Ord>(lists: &[&[T]], k: f64, limit: usize) -> Vec<(T, f64)> {
+    let weighted: Vec<(&[T], f64)> = lists.iter().map(|l| (*l, 1.0)).collect();
+    rrf_weighted(&weighted, k, limit)
+}
+
+/// [`rrf`] with a weight per list: score = Σ weight / (k + rank).
+pub fn rrf_weighted<T: Copy + Eq + Hash + Ord>(
+    lists: &[(&[T], f64)],
+    k: f64,
+    limit: usize,
+) -> Vec<(T, f64)> {
     let mut acc: HashMap<T, (f64, usize)> = HashMap::new();
-    for list in lists {
+    for &(list, weight) in lists {
         let mut seen = HashSet::new();
         for (i, item) in list.iter().filter(|x| seen.insert(**x)).enumerate() {
             let rank = i + 1;
             let e = acc.entry(*item).or_insert((0.0, usize::MAX));
-            e.0 += 1.0 / (k + rank as f64);
+            e.0 += weight / (k + rank as f64);
             e.1 = e.1.min(rank);
         }
     }
@@ -201,6 +211,7 @@ pub struct Dense {
     key: EmbedKey,
     levels: Vec<Level>,
     k: f64,
+    weight: f64,
     min_similarity: f32,
     question: Option<String>,
     queries: HashMap<String, Arc<Vec<f32>>>,
@@ -231,6 +242,7 @@ impl Dense {
                 ]
             }),
             k: cfg.rrf_k,
+            weight: cfg.dense_weight,
             min_similarity: cfg.min_similarity as f32,
             question: None,
             queries: HashMap::new(),
@@ -246,6 +258,11 @@ impl Dense {
 
     pub fn rrf_k(&self) -> f64 {
         self.k
+    }
+
+    /// The dense ranking's weight in the fusion.
+    pub fn weight(&self) -> f64 {
+        self.weight
     }
 
     /// Why query embedding failed, if it did.
@@ -366,5 +383,9 @@ mod tests {
         assert_eq!(rrf(&[&[9][..]], 0.0, 1), vec![(9, 1.0)]);
         assert!(rrf::<u8>(&[], 60.0, 5).is_empty());
         assert!(rrf(&[&[1][..]], 60.0, 0).is_empty());
+        // A lighter second list: its first item no longer ties with the first list's.
+        let w = rrf_weighted(&[(&[1, 2][..], 1.0), (&[2, 1][..], 0.5)], 60.0, 2);
+        assert_eq!(w[0].0, 1);
+        assert!((w[0].1 - (1.0 / 61.0 + 0.5 / 62.0)).abs() < 1e-12);
     }
 }

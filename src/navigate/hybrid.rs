@@ -5,7 +5,7 @@
 
 use super::{Explorer, Place};
 use crate::error::Result;
-use crate::hybrid::rrf;
+use crate::hybrid::rrf_weighted;
 use crate::level::Level;
 use crate::node::NodeId;
 
@@ -121,16 +121,21 @@ impl Explorer<'_> {
             let d = dense.rank(self.engine.store(), &query, &candidates, limit)?;
             let bm25_ids: Vec<NodeId> = bm25.iter().map(|(id, _)| *id).collect();
             let dense_ids: Vec<NodeId> = d.hits.iter().map(|(id, _)| *id).collect();
-            let fused: Vec<(NodeId, f32)> = rrf(&[&bm25_ids, &dense_ids], dense.rrf_k(), limit)
-                .into_iter()
-                .map(|(id, s)| (id, s as f32))
-                .collect();
+            let fused: Vec<(NodeId, f32)> = rrf_weighted(
+                &[(&bm25_ids, 1.0), (&dense_ids, dense.weight())],
+                dense.rrf_k(),
+                limit,
+            )
+            .into_iter()
+            .map(|(id, s)| (id, s as f32))
+            .collect();
             let how = format!(
-                " (hybrid: {} BM25 + {} dense hit(s) of {} candidate(s) with vectors, RRF k={})",
+                " (hybrid: {} BM25 + {} dense hit(s) of {} candidate(s) with vectors, RRF k={}, dense weight {})",
                 bm25_ids.len(),
                 dense_ids.len(),
                 d.with_vectors,
-                dense.rrf_k()
+                dense.rrf_k(),
+                dense.weight()
             );
             Ok((fused, how))
         })();
