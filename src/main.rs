@@ -560,19 +560,27 @@ fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let report = rt.block_on(strata::eval::run(&cfg, &opts, &docs, &|line| {
-        eprintln!("eval: {line}")
-    }))?;
     let write = |name: &str, body: &[u8]| -> Result<()> {
         let p = out.join(name);
         std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
     };
-    write(
-        "report.json",
-        serde_json::to_string_pretty(&report)?.as_bytes(),
-    )?;
+    let save = |r: &strata::eval::Report| -> Result<()> {
+        write("report.json", serde_json::to_string_pretty(r)?.as_bytes())?;
+        write("report.md", strata::eval::markdown(r).as_bytes())
+    };
+    let report = rt.block_on(strata::eval::run(
+        &cfg,
+        &opts,
+        &docs,
+        &|line| eprintln!("eval: {line}"),
+        &|partial| {
+            if let Err(e) = save(partial) {
+                eprintln!("eval: warning: cannot write the partial report: {e:#}");
+            }
+        },
+    ))?;
+    save(&report)?;
     let md = strata::eval::markdown(&report);
-    write("report.md", md.as_bytes())?;
     if !opts.sizes.is_empty() {
         strata::eval::plot::svg(&report, &out.join("eval.svg"))?;
     }

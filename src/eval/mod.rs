@@ -155,6 +155,8 @@ pub struct Report {
     pub levels: Vec<LevelRow>,
     pub questions: Vec<Outcome>,
     pub wall_s: f64,
+    /// False in the checkpoints written while a run is going (see [`run`]'s `checkpoint`).
+    pub complete: bool,
 }
 
 impl Report {
@@ -226,12 +228,14 @@ pub fn load_corpus(dirs: &[PathBuf]) -> Result<Vec<Doc>> {
     Ok(docs)
 }
 
-/// Runs the tasks. `log` gets one line per finished step.
+/// Runs the tasks. `log` gets one line per finished step; `checkpoint` gets the report so far
+/// after every finished instance (so a long run that is interrupted keeps what it did).
 pub async fn run(
     cfg: &Config,
     opts: &Options,
     corpus: &[Doc],
     log: &(dyn Fn(String) + Send + Sync),
+    checkpoint: &(dyn Fn(&Report) + Send + Sync),
 ) -> Result<Report> {
     let t0 = Instant::now();
     if corpus.is_empty() {
@@ -274,6 +278,7 @@ pub async fn run(
         levels: Vec::new(),
         questions: Vec::new(),
         wall_s: 0.0,
+        complete: false,
     };
     std::fs::create_dir_all(&opts.work).map_err(|source| Error::Io {
         path: opts.work.clone(),
@@ -301,6 +306,8 @@ pub async fn run(
         let name = format!("haystack-{}", human_tokens(size));
         let inst = tasks::haystack(&pool, size, plants, &mut rng, &name)?;
         run_instance(cfg, opts, inst, &mut report, log).await?;
+        report.wall_s = t0.elapsed().as_secs_f64();
+        checkpoint(&report);
     }
 
     // The debate.
@@ -318,12 +325,16 @@ pub async fn run(
             &format!("debate-{}r", opts.debate_rounds),
         )?;
         run_instance(cfg, opts, inst, &mut report, log).await?;
+        report.wall_s = t0.elapsed().as_secs_f64();
+        checkpoint(&report);
     }
 
     // Hand-written questions.
     if let Some(path) = &opts.questions {
         for inst in handwritten(path)? {
             run_instance(cfg, opts, inst, &mut report, log).await?;
+            report.wall_s = t0.elapsed().as_secs_f64();
+            checkpoint(&report);
         }
     }
 
@@ -332,6 +343,7 @@ pub async fn run(
         report.levels = fidelity(cfg, opts, &pool, log).await?;
     }
     report.wall_s = t0.elapsed().as_secs_f64();
+    report.complete = true;
     Ok(report)
 }
 
@@ -847,6 +859,9 @@ pub fn parse_tokens(s: &str) -> Result<usize> {
 /// The report as Markdown tables.
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
+    if !r.complete {
+        s.push_str("**Partial: the run has not finished (or was interrupted).**\n\n");
+    }
     s.push_str(&format!(
         "Seed {}, compressor `{}`, navigator `{}`, corpus {} documents / {} tokens, {:.0} s in all.\n\n",
         r.options.seed, r.compressor, r.navigator, r.corpus_documents, r.corpus_tokens, r.wall_s

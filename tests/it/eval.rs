@@ -31,11 +31,16 @@ fn eval_small_run_stays_above_its_floors() {
     assert_eq!(docs.len(), 4, "the four committed addresses");
     let opts = small(dir.path());
     let report = rt()
-        .block_on(eval::run(&Config::default(), &opts, &docs, &|l| {
-            eprintln!("{l}")
-        }))
+        .block_on(eval::run(
+            &Config::default(),
+            &opts,
+            &docs,
+            &|l| eprintln!("{l}"),
+            &|partial| assert!(!partial.complete),
+        ))
         .unwrap();
     eprintln!("{}", eval::markdown(&report));
+    assert!(report.complete);
 
     // Every question was run and scored.
     let n = |t: &str| report.questions.iter().filter(|q| q.task == t).count();
@@ -115,7 +120,13 @@ fn eval_is_deterministic_for_a_seed() {
     opts.fidelity_tokens = 0;
     let run = || {
         let r = rt()
-            .block_on(eval::run(&Config::default(), &opts, &docs, &|_| {}))
+            .block_on(eval::run(
+                &Config::default(),
+                &opts,
+                &docs,
+                &|_| {},
+                &|_| {},
+            ))
             .unwrap();
         r.questions
             .iter()
@@ -147,7 +158,13 @@ fn eval_rejects_bad_inputs_clearly() {
     let mut opts = small(&dir.path().join("w"));
     opts.sizes = vec![5_000_000];
     let e = rt()
-        .block_on(eval::run(&Config::default(), &opts, &docs, &|_| {}))
+        .block_on(eval::run(
+            &Config::default(),
+            &opts,
+            &docs,
+            &|_| {},
+            &|_| {},
+        ))
         .unwrap_err();
     assert!(e.to_string().contains("needs more text"), "{e}");
     // A question file whose gold quote is not in its source, or that is not JSON.
