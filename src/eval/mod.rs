@@ -95,6 +95,10 @@ pub struct Outcome {
     pub cited: Vec<Gold>,
     pub tokens_to_root: u64,
     pub sub_calls: u32,
+    /// Model calls the query made (root and sub; 0 offline), and whether the navigator
+    /// fell back to the offline one.
+    pub model_calls: u64,
+    pub fell_back: bool,
     pub ms: f64,
 }
 
@@ -113,6 +117,10 @@ pub struct TaskRow {
     /// Mean tokens the navigator read (what a root model would be sent) per question.
     pub tokens_to_root: f64,
     pub sub_calls: f64,
+    /// Mean model calls per question (root and sub; 0 offline).
+    pub model_calls: f64,
+    /// Questions where the LLM navigator gave up and the offline one answered.
+    pub fell_back: usize,
     /// Mean wall time of one query, milliseconds.
     pub query_ms: f64,
 }
@@ -635,6 +643,8 @@ pub fn score(instance: &str, q: &Question, r: &QueryResult, ms: f64) -> Outcome 
         cited,
         tokens_to_root: r.tokens_processed,
         sub_calls: r.sub_calls_made,
+        model_calls: r.usage.calls,
+        fell_back: r.usage.fallbacks > 0,
         ms,
     }
 }
@@ -655,6 +665,8 @@ fn summarise(task: &str, instance: &str, full_tokens: usize, all: &[Outcome]) ->
         citation_recall: mean(&|o| o.citation_recall),
         tokens_to_root: mean(&|o| o.tokens_to_root as f64),
         sub_calls: mean(&|o| o.sub_calls as f64),
+        model_calls: mean(&|o| o.model_calls as f64),
+        fell_back: qs.iter().filter(|o| o.fell_back).count(),
         query_ms: mean(&|o| o.ms),
     }
 }
@@ -904,11 +916,11 @@ pub fn markdown(r: &Report) -> String {
         }
         s.push('\n');
     }
-    s.push_str("| task | context | questions | accuracy | citation precision | citation recall | tokens to root (mean) | full context tokens | sub-calls (mean) | query ms (mean) |\n");
-    s.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    s.push_str("| task | context | questions | accuracy | citation precision | citation recall | tokens to root (mean) | full context tokens | sub-calls (mean) | model calls (mean) | navigator fallbacks | query ms (mean) |\n");
+    s.push_str("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     for t in &r.tasks {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.0} | {} | {:.1} | {:.1} |\n",
+            "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.0} | {} | {:.1} | {:.1} | {} | {:.1} |\n",
             t.task,
             t.instance,
             t.questions,
@@ -918,6 +930,8 @@ pub fn markdown(r: &Report) -> String {
             t.tokens_to_root,
             t.full_tokens,
             t.sub_calls,
+            t.model_calls,
+            t.fell_back,
             t.query_ms
         ));
     }
