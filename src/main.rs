@@ -589,8 +589,13 @@ fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
     } else {
         out!("{md}");
         out!(
-            "(written to {}: report.json, report.md, eval.svg)",
-            out.display()
+            "(written to {}: report.json, report.md{})",
+            out.display(),
+            if opts.sizes.is_empty() {
+                ""
+            } else {
+                ", eval.svg"
+            }
         );
     }
     let mut failed = Vec::new();
