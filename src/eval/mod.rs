@@ -170,18 +170,23 @@ pub struct Report {
 impl Report {
     /// Accuracy over every question of `task` (all sizes), or None when there were none.
     pub fn accuracy(&self, task: &str) -> Option<f64> {
-        let qs: Vec<&Outcome> = self.questions.iter().filter(|q| q.task == task).collect();
-        (!qs.is_empty()).then(|| qs.iter().filter(|q| q.correct).count() as f64 / qs.len() as f64)
+        self.accuracy_where(|t| t == task)
     }
 
     /// Accuracy over every debate question.
     pub fn debate_accuracy(&self) -> Option<f64> {
-        let qs: Vec<&Outcome> = self
+        self.accuracy_where(|t| t.starts_with("debate"))
+    }
+
+    fn accuracy_where(&self, task: impl Fn(&str) -> bool) -> Option<f64> {
+        let (n, ok) = self
             .questions
             .iter()
-            .filter(|q| q.task.starts_with("debate"))
-            .collect();
-        (!qs.is_empty()).then(|| qs.iter().filter(|q| q.correct).count() as f64 / qs.len() as f64)
+            .filter(|q| task(q.task))
+            .fold((0usize, 0usize), |(n, ok), q| {
+                (n + 1, ok + q.correct as usize)
+            });
+        (n > 0).then(|| ok as f64 / n as f64)
     }
 }
 
