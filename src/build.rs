@@ -16,7 +16,6 @@ use crate::text;
 use crate::token;
 use futures::future::{join, join_all};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -100,7 +99,6 @@ struct Run<'a> {
     hits: AtomicU64,
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
-    texts: Mutex<HashMap<String, Arc<String>>>,
 }
 
 impl Builder<'_> {
@@ -119,7 +117,6 @@ impl Builder<'_> {
             hits: AtomicU64::new(0),
             built: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
-            texts: Mutex::new(HashMap::new()),
         };
         self.progress.start(
             self.plan.n_derived() as u64,
@@ -506,21 +503,56 @@ impl Run<'_> {
         }
     }
 
-    /// A source's text, read from the store once per build (a 50 MB document must not be
-    /// decoded again for each of its thousands of nodes).
-    fn source_text(&self, scope: &str, source: &str) -> Result<Arc<String>> {
-        if let Some(t) = self.texts.lock().expect("poisoned").get(source) {
-            return Ok(t.clone());
+    /// The text of each of `target`'s citations (a DETAILED or SUMMARY node), put together
+    /// from the FULL chunks beneath it. FULL nodes are content-addressed and immutable, so
+    /// a source replaced while the build runs cannot change what is read here (its text in
+    /// the store may already be the new one); a chunk that is gone fails this node only.
+    fn cited_text(&self, target: &Node) -> Result<Vec<String>> {
+        let fulls: Vec<NodeId> = match target.level {
+            Level::Detailed => target.children.clone(),
+            _ => {
+                let mut v = Vec::with_capacity(target.children.len());
+                for d in &target.children {
+                    let det = self.b.store.get_node(d)?.ok_or_else(|| {
+                        crate::Error::DataCorruption(format!("DETAILED node {d} is missing"))
+                    })?;
+                    v.extend(det.children);
+                }
+                v
+            }
+        };
+        let mut pieces: Vec<(Span, String)> = Vec::with_capacity(fulls.len());
+        for id in &fulls {
+            let n = self.b.store.get_node(id)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("FULL node {id} is missing"))
+            })?;
+            let span = n.citations.first().cloned().ok_or_else(|| {
+                crate::Error::DataCorruption(format!("FULL node {id} has no span"))
+            })?;
+            pieces.push((span, n.text));
         }
-        let t =
-            Arc::new(self.b.store.get_text(scope, source)?.ok_or_else(|| {
-                crate::Error::DataCorruption(format!("source {source} has no text"))
-            })?);
-        self.texts
-            .lock()
-            .expect("poisoned")
-            .insert(source.to_string(), t.clone());
-        Ok(t)
+        pieces.sort_by(|a, b| (&a.0.source, a.0.start).cmp(&(&b.0.source, b.0.start)));
+        target
+            .citations
+            .iter()
+            .map(|span| {
+                let mut text = String::new();
+                let mut at = span.start;
+                for (p, t) in &pieces {
+                    if p.source == span.source && p.start == at && p.end <= span.end {
+                        text.push_str(t);
+                        at = p.end;
+                    }
+                }
+                if at != span.end {
+                    return Err(crate::Error::DataCorruption(format!(
+                        "the chunks of {} [{}..{}) are not all in the store (the source changed during the build?)",
+                        span.source, span.start, span.end
+                    )));
+                }
+                Ok(text)
+            })
+            .collect()
     }
 
     /// METADATA of `target`: tags extracted from the FULL text beneath it; for the ABSTRACT,
@@ -548,13 +580,9 @@ impl Run<'_> {
             }
             offline::merge_tags(&children, 16)
         } else {
-            let mut texts = Vec::with_capacity(target.citations.len());
-            for span in &target.citations {
-                let t = self.source_text(&target.scope, &span.source)?;
-                texts.push((t, span.start as usize, span.end as usize));
-            }
+            let texts = self.cited_text(target)?;
             crate::model::spawn_cpu(move || {
-                let refs: Vec<&str> = texts.iter().map(|(t, s, e)| &t[*s..*e]).collect();
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 offline::tags(&refs, 12)
             })
             .await

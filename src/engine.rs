@@ -2,7 +2,7 @@
 //! today; HTTP and MCP later) is a thin layer over these methods.
 
 use crate::build::{BuildReport, Builder, Progress};
-use crate::chunk::{self, Structure};
+use crate::chunk::{self, Chunk, Structure};
 use crate::config::Config;
 use crate::context::{ContextWindow, LevelChoice};
 use crate::error::{Error, Result};
@@ -14,7 +14,9 @@ use crate::navigate::{Explorer, QueryResult};
 use crate::node::{Meta, Node, NodeId, Span, full_id};
 use crate::plan::Plan;
 use crate::source::{self, InputFile, SourceInput};
-use crate::store::{ChunkRef, ScopeKind, ScopeRecord, SourceEntry, SourceRecord, Store};
+use crate::store::{
+    ChunkRef, ScopeKind, ScopeRecord, SourceEntry, SourcePut, SourceRecord, SourceStep, Store,
+};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -46,6 +48,8 @@ pub struct Engine {
     /// Serialises writers of scope records (ingest, append, the end of a build). A std
     /// Mutex: it is never held across an await.
     write: std::sync::Mutex<()>,
+    /// Serialises [`Engine::sync_index`]: one pass applies and commits at a time.
+    index_sync: std::sync::Mutex<()>,
 }
 
 /// What an ingest did.
@@ -90,6 +94,9 @@ pub struct Stats {
     pub scopes: Vec<ScopeStats>,
     pub nodes: usize,
     pub indexed_docs: u64,
+    /// Node changes stored but not yet committed to the index (0 after any open, build,
+    /// ingest or query: they are applied then).
+    pub unindexed: usize,
     pub next_expiry: Option<u64>,
     pub disk_bytes: u64,
     pub tokenizer: &'static str,
@@ -132,9 +139,23 @@ impl Engine {
         let e = Engine::from_parts(store, index, cfg)?;
         if fresh && e.store.n_nodes() > 0 {
             tracing::info!("index missing: rebuilding it from the store");
-            e.reindex(unix_now())?;
-        } else {
-            e.recover_index()?;
+            e.reindex()?;
+            return Ok(e);
+        }
+        let n = e.sync_index()?;
+        if n > 0 {
+            tracing::info!(n, "indexed node changes an interrupted run left behind");
+        }
+        // Belt and braces: the pending set covers every change, so the counts agree; if
+        // they do not (an index from before the pending set, a damaged index), rebuild.
+        let (docs, nodes) = (e.index.n_docs(), e.store.n_nodes() as u64);
+        if docs != nodes {
+            tracing::info!(
+                docs,
+                nodes,
+                "index and store disagree: rebuilding the index"
+            );
+            e.reindex()?;
         }
         Ok(e)
     }
@@ -158,6 +179,7 @@ impl Engine {
             embedder: models.embedder,
             limiter: models.limiter,
             write: std::sync::Mutex::new(()),
+            index_sync: std::sync::Mutex::new(()),
         })
     }
 
@@ -189,46 +211,41 @@ impl Engine {
         &self.limiter
     }
 
-    /// Adds nodes to the index writer and records them as not yet committed, so a crash
-    /// before [`Engine::commit_index`] is repaired at the next open.
-    fn stage(&self, nodes: &[Node]) -> Result<()> {
-        if nodes.is_empty() {
-            return Ok(());
+    /// Brings the index up to the store. Every node write or removal leaves a durable mark
+    /// in the store's pending set in the same transaction as the change; this applies the
+    /// marked changes to the index, commits it, and only then clears those marks (a mark
+    /// that moved meanwhile stays). Run at open, at the end of every build, ingest and gc,
+    /// and before every query: the index never lags the store without the store knowing.
+    /// Returns how many node changes it applied.
+    pub fn sync_index(&self) -> Result<usize> {
+        let _g = self.index_sync.lock().expect("index sync lock poisoned");
+        let pending = self.store.pending_index()?;
+        if pending.is_empty() {
+            return Ok(0);
         }
-        self.store.mark_unindexed(nodes.iter().map(|n| n.id))?;
-        self.index.upsert(nodes)
-    }
-
-    /// Makes staged index writes durable and searchable. Appends leave this to the build
-    /// that follows them (a commit costs far more than an append); every other write path
-    /// commits before it returns.
-    pub fn commit_index(&self) -> Result<()> {
-        if self.store.has_unindexed() {
-            self.index.commit()?;
-            self.store.clear_unindexed()?;
-        }
-        Ok(())
-    }
-
-    /// Indexes nodes a crash left stored but uncommitted.
-    fn recover_index(&self) -> Result<()> {
-        let ids = self.store.unindexed()?;
-        if ids.is_empty() {
-            return Ok(());
-        }
-        tracing::info!(
-            n = ids.len(),
-            "indexing nodes an interrupted run left behind"
-        );
-        let mut nodes = Vec::new();
-        for id in ids {
-            if let Some(n) = self.store.get_node(&id)? {
-                nodes.push(n);
+        for batch in pending.chunks(4096) {
+            let mut nodes = Vec::with_capacity(batch.len());
+            let mut gone = Vec::new();
+            for (id, _) in batch {
+                match self.store.get_node(id)? {
+                    Some(n) => nodes.push(n),
+                    None => gone.push(*id),
+                }
             }
+            self.index.delete(&gone)?;
+            self.index.upsert(&nodes)?;
         }
-        self.index.upsert(&nodes)?;
         self.index.commit()?;
-        self.store.clear_unindexed()
+        self.store.clear_pending_index(&pending)?;
+        Ok(pending.len())
+    }
+
+    /// [`Engine::sync_index`] where a failure must not fail what already succeeded (the
+    /// store is durable; the marks stay, and the next open, build or query retries).
+    fn sync_index_or_warn(&self) {
+        if let Err(e) = self.sync_index() {
+            tracing::warn!(error = %e, "index not updated yet; it catches up at the next build or query");
+        }
     }
 
     /// Uses `model` for compression (the offline compressor stays the fallback).
@@ -303,7 +320,7 @@ impl Engine {
         if paths.is_empty() {
             return Err(Error::invalid("no files given"));
         }
-        validate_scope_name(scope)?;
+        crate::id::scope(scope)?;
         let existing = self.store.get_scope(scope)?;
         let mut files = Vec::with_capacity(paths.len());
         for p in paths {
@@ -323,14 +340,57 @@ impl Engine {
 
     /// Ingests already-validated inputs. For a debate file, turns of an earlier version of
     /// the same file that are gone now are removed.
+    ///
+    /// The write protocol (docs/ARCHITECTURE.md, "Writes"): chunking and token counting run
+    /// before the write lock is taken; under the lock, each file is one store transaction
+    /// (its sources' records, texts and FULL nodes, the chunks they replace, the scope's
+    /// membership); the lock is released before the flush, and the report is returned only
+    /// after the flush, so what it reports is durable. The index catches up afterwards from
+    /// the durable pending set ([`Engine::sync_index`]).
     pub fn ingest(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
-        let _w = self.write.lock().expect("write lock poisoned");
-        let r = self.ingest_locked(scope, files, now)?;
-        self.commit_index()?;
-        Ok(r)
+        crate::id::scope(scope)?;
+        for f in files {
+            for s in &f.sources {
+                check_source(s)?;
+            }
+        }
+        let prepared: Vec<Vec<Option<Vec<Chunk>>>> = files
+            .iter()
+            .map(|f| {
+                f.sources
+                    .iter()
+                    .map(|s| self.prepare(scope, f.kind, s))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<_>>()?;
+        let report = {
+            let _w = self.write.lock().expect("write lock poisoned");
+            self.ingest_locked(scope, files, prepared, now)?
+        };
+        self.store.flush()?;
+        self.sync_index_or_warn();
+        Ok(report)
     }
 
-    fn ingest_locked(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
+    /// Chunks a source before the write lock is taken (the CPU-heavy part of an ingest), or
+    /// `None` when the store already holds it unchanged (checked again under the lock).
+    fn prepare(&self, scope: &str, kind: ScopeKind, s: &SourceInput) -> Result<Option<Vec<Chunk>>> {
+        let budget = self.cfg.chunk.tokens;
+        if let Some(old) = self.store.get_source(scope, &s.id)?
+            && unchanged(&old, s, budget)
+        {
+            return Ok(None);
+        }
+        Ok(Some(chunk::chunk(&s.text, structure_of(kind), budget)))
+    }
+
+    fn ingest_locked(
+        &self,
+        scope: &str,
+        files: &[InputFile],
+        prepared: Vec<Vec<Option<Vec<Chunk>>>>,
+        now: u64,
+    ) -> Result<IngestReport> {
         let kind = files.first().map(|f| f.kind).unwrap_or(ScopeKind::Doc);
         let mut rec = match self.store.get_scope(scope)? {
             Some(r) if r.kind != kind => {
@@ -356,10 +416,14 @@ impl Engine {
             files: files.len(),
             ..Default::default()
         };
-        let mut to_index: Vec<Node> = Vec::new();
-        let mut to_unindex: Vec<NodeId> = Vec::new();
-        for f in files {
+        for (f, chunks) in files.iter().zip(prepared) {
             report.bytes += f.bytes;
+            let mut step = SourceStep {
+                scope: rec.clone(),
+                put: Vec::new(),
+                remove_sources: Vec::new(),
+                remove_nodes: Vec::new(),
+            };
             // A re-ingested debate file may have lost turns; single turns appended
             // without a file (`path` empty) never remove anything.
             if kind == ScopeKind::Debate && !f.path.as_os_str().is_empty() {
@@ -372,32 +436,34 @@ impl Engine {
                     .map(|e| e.id.clone())
                     .collect();
                 for id in gone {
-                    to_unindex.extend(self.remove_source(&mut rec, &id)?);
+                    if let Some(old) = self.store.get_source(scope, &id)? {
+                        step.remove_nodes.extend(old.chunks.iter().map(|c| c.id));
+                    }
+                    rec.sources.retain(|e| e.id != id);
+                    step.remove_sources.push(id);
                     report.removed += 1;
                 }
             }
-            for s in &f.sources {
-                let (outcome, added, removed) = self.put_source(&mut rec, s, now)?;
-                match outcome {
+            for (s, chunks) in f.sources.iter().zip(chunks) {
+                match self.stage_source(&mut rec, &mut step, s, chunks, now)? {
                     Outcome::Added => report.added += 1,
                     Outcome::Replaced => report.replaced += 1,
                     Outcome::Unchanged => report.unchanged += 1,
                 }
-                report.chunks_written += added.len();
-                to_index.extend(added);
-                to_unindex.extend(removed);
             }
+            if step.put.is_empty() && step.remove_sources.is_empty() {
+                continue;
+            }
+            report.chunks_written += step.put.iter().map(|p| p.nodes.len()).sum::<usize>();
+            rec.updated_at = now;
+            sort_sources(&mut rec);
+            step.scope = rec.clone();
+            self.store.write_sources(&step)?;
         }
-        self.index.delete(&to_unindex)?;
-        self.stage(&to_index)?;
-        rec.updated_at = now;
-        sort_sources(&mut rec);
-        self.store.put_scope(&rec)?;
-        self.store.flush()?;
         Ok(report)
     }
 
-    /// Appends (or replaces) one debate turn — the incremental path a debate runner uses.
+    /// Appends (or replaces) one debate turn under `source_id`.
     pub fn append_turn(
         &self,
         scope: &str,
@@ -410,61 +476,36 @@ impl Engine {
         self.ingest(scope, &[file], now)
     }
 
-    fn put_source(
+    /// Adds one source to `step` (and to the scope record `rec`), or finds it unchanged.
+    /// `chunks` were cut before the lock; `None` means the source looked unchanged then.
+    fn stage_source(
         &self,
         rec: &mut ScopeRecord,
+        step: &mut SourceStep,
         s: &SourceInput,
+        chunks: Option<Vec<Chunk>>,
         now: u64,
-    ) -> Result<(Outcome, Vec<Node>, Vec<NodeId>)> {
-        let hash = *blake3::hash(s.text.as_bytes()).as_bytes();
+    ) -> Result<Outcome> {
         let budget = self.cfg.chunk.tokens;
         let old = self.store.get_source(&rec.name, &s.id)?;
+        let listed = rec.sources.iter().find(|e| e.id == s.id).map(|e| e.seq);
         if let Some(o) = &old
-            && o.hash == hash
-            && o.round == s.round
-            && o.speaker == s.speaker
-            && o.chunk_tokens as usize == budget
+            && listed.is_some()
+            && unchanged(o, s, budget)
         {
-            return Ok((Outcome::Unchanged, Vec::new(), Vec::new()));
+            return Ok(Outcome::Unchanged);
         }
-        let structure = match rec.kind {
-            ScopeKind::Doc => Structure::Document,
-            ScopeKind::Debate => Structure::Turn,
+        // Changed since it was prepared (or never prepared): chunk it now.
+        let chunks = match chunks {
+            Some(c) => c,
+            None => chunk::chunk(&s.text, structure_of(rec.kind), budget),
         };
-        let chunks = chunk::chunk(&s.text, structure, budget);
-        let meta = Meta {
-            rounds: s.round.into_iter().collect(),
-            speakers: s.speaker.iter().cloned().collect(),
-            headings: Vec::new(),
-            tags: None,
-        };
-        let nodes: Vec<Node> = chunks
-            .iter()
-            .map(|c| {
-                let text = s.text[c.start..c.end].to_string();
-                Node {
-                    id: full_id(&s.id, c.start, c.end, &text),
-                    scope: rec.name.clone(),
-                    level: Level::Full,
-                    tokens: c.tokens as u32,
-                    text,
-                    children: Vec::new(),
-                    citations: vec![Span {
-                        source: s.id.clone(),
-                        start: c.start as u64,
-                        end: c.end as u64,
-                    }],
-                    meta: Meta {
-                        headings: c.headings.clone(),
-                        ..meta.clone()
-                    },
-                    created_at: now,
-                    expires_at: None,
-                }
-            })
-            .collect();
-        let seq = match &old {
-            Some(o) => o.seq,
+        let hash = *blake3::hash(s.text.as_bytes()).as_bytes();
+        let nodes = full_nodes(&rec.name, s, &chunks, now);
+        // A source the scope lists keeps its place; anything else gets the next number
+        // (a record the scope does not list is a leftover, never a place).
+        let seq = match listed {
+            Some(seq) => seq,
             None => {
                 rec.next_seq += 1;
                 rec.next_seq - 1
@@ -492,21 +533,14 @@ impl Engine {
                 })
                 .collect(),
         };
-        // New chunks first, then the record that points at them, then the old chunks go:
-        // a crash in between leaves the old or the new version whole, never neither.
-        for n in &nodes {
-            self.store.put_node(n)?;
-        }
-        self.store.put_source(&record, &s.text)?;
-        let mut removed = Vec::new();
         if let Some(o) = &old {
             let new_ids: HashSet<NodeId> = nodes.iter().map(|n| n.id).collect();
-            for c in &o.chunks {
-                if !new_ids.contains(&c.id) {
-                    self.store.remove_node(&c.id)?;
-                    removed.push(c.id);
-                }
-            }
+            step.remove_nodes.extend(
+                o.chunks
+                    .iter()
+                    .map(|c| c.id)
+                    .filter(|id| !new_ids.contains(id)),
+            );
         }
         rec.sources.retain(|e| e.id != s.id);
         rec.sources.push(SourceEntry {
@@ -514,46 +548,64 @@ impl Engine {
             round: s.round,
             seq,
         });
-        let outcome = if old.is_some() {
+        step.put.push(SourcePut {
+            record,
+            text: s.text.clone(),
+            nodes,
+        });
+        Ok(if listed.is_some() {
             Outcome::Replaced
         } else {
             Outcome::Added
-        };
-        Ok((outcome, nodes, removed))
-    }
-
-    fn remove_source(&self, rec: &mut ScopeRecord, id: &str) -> Result<Vec<NodeId>> {
-        let mut removed = Vec::new();
-        if let Some(old) = self.store.get_source(&rec.name, id)? {
-            for c in &old.chunks {
-                self.store.remove_node(&c.id)?;
-                removed.push(c.id);
-            }
-        }
-        self.store.remove_source(&rec.name, id)?;
-        rec.sources.retain(|e| e.id != id);
-        Ok(removed)
+        })
     }
 
     // ---------------------------------------------------------------- build
 
     /// Appends one debate turn under a fresh source id (`scope#turn-N`), creating the debate
     /// if needed. Safe to call concurrently: appends are serialised and none is lost. The
-    /// turn is durable on return; it becomes searchable with the next build (which a
-    /// context or query request runs on demand).
+    /// turn is durable on return; it becomes searchable with the next build or query.
+    ///
+    /// N comes from the scope record, which is written in the same transaction as the turn,
+    /// so a crash can never hand out a number twice; an id the store already holds (a
+    /// leftover of an older strata) is skipped, never replaced.
     pub fn append(
         &self,
         scope: &str,
         turn: source::Turn,
         now: u64,
     ) -> Result<(IngestReport, String)> {
-        validate_scope_name(scope)?;
-        let _w = self.write.lock().expect("write lock poisoned");
-        let next = self.store.get_scope(scope)?.map_or(0, |r| r.next_seq);
-        let id = format!("{scope}#turn-{}", next + 1);
-        let input = source::turn_input(id.clone(), turn)?;
-        let file = InputFile::single(ScopeKind::Debate, "", input);
-        Ok((self.ingest_locked(scope, &[file], now)?, id))
+        crate::id::scope(scope)?;
+        // Validate and chunk before the lock; the id only names the source.
+        let probe = source::turn_input(format!("{scope}#turn"), turn)?;
+        check_source(&probe)?;
+        let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
+        let (report, id) = {
+            let _w = self.write.lock().expect("write lock poisoned");
+            let rec = self.store.get_scope(scope)?;
+            let mut n = rec.as_ref().map_or(0, |r| r.next_seq) + 1;
+            let id = loop {
+                let id = format!("{scope}#turn-{n}");
+                let listed = rec
+                    .as_ref()
+                    .is_some_and(|r| r.sources.iter().any(|e| e.id == id));
+                if !listed && self.store.get_source(scope, &id)?.is_none() {
+                    break id;
+                }
+                n += 1;
+            };
+            let input = SourceInput {
+                id: id.clone(),
+                ..probe
+            };
+            let file = InputFile::single(ScopeKind::Debate, "", input);
+            (
+                self.ingest_locked(scope, &[file], vec![vec![Some(chunks)]], now)?,
+                id,
+            )
+        };
+        self.store.flush()?;
+        Ok((report, id))
     }
 
     /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
@@ -603,10 +655,8 @@ impl Engine {
             refresh_before,
             progress,
         };
-        let (mut report, built) = builder.run().await?;
-        report.indexed = built.len();
-        self.stage(&built)?;
-        self.commit_index()?;
+        let (mut report, _built) = builder.run().await?;
+        report.indexed = self.sync_index()?;
         if let Some(embedder) = &self.embedder {
             // Vectors for the nodes that lack one; a failing server is reported, not fatal.
             let meter = Arc::new(Meter::default());
@@ -783,6 +833,8 @@ impl Engine {
             for s in &names {
                 plans.push(self.ensure_built(s, now, progress).await?.0);
             }
+            // Appends leave their chunks pending; a query searches everything stored.
+            self.sync_index()?;
             let mut explorer = Explorer::new(self, plans, qcfg.clone(), now);
             explorer.embed_question(question).await;
             match self.root.as_ref().filter(|_| qcfg.strategy != "offline") {
@@ -823,6 +875,7 @@ impl Engine {
         for s in &names {
             current.extend(self.plan(s)?.all_ids());
         }
+        self.sync_index()?;
         let hits = self.index.search(&crate::index::Grep {
             text: pattern,
             scopes: &names,
@@ -885,6 +938,7 @@ impl Engine {
             scopes,
             nodes: self.store.n_nodes(),
             indexed_docs: self.index.n_docs(),
+            unindexed: self.store.n_pending_index(),
             next_expiry: self.store.next_deadline()?,
             disk_bytes: self.store.size_on_disk(),
             tokenizer: crate::token::TOKENIZER,
@@ -920,10 +974,8 @@ impl Engine {
             self.store.remove_node(id)?;
         }
         let embeddings_removed = self.store.remove_orphan_embeddings()?;
-        self.index.delete(&expired)?;
-        self.index.delete(&unreachable)?;
-        self.index.commit()?;
         self.store.flush()?;
+        self.sync_index()?;
         Ok(GcReport {
             expired: expired.len(),
             unreachable: unreachable.len(),
@@ -932,28 +984,28 @@ impl Engine {
         })
     }
 
-    /// Rebuilds the index from the store: every live node of every scope's current tree.
-    pub fn reindex(&self, now: u64) -> Result<usize> {
+    /// Rebuilds the index from the store: every stored node. Marks of changes made while
+    /// it runs stay pending for the next [`Engine::sync_index`].
+    pub fn reindex(&self) -> Result<usize> {
+        let _g = self.index_sync.lock().expect("index sync lock poisoned");
+        let pending = self.store.pending_index()?;
         self.index.delete_all()?;
         let mut n = 0;
-        for rec in self.store.scopes()? {
-            let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
-            let mut batch = Vec::new();
-            for id in plan.all_ids() {
-                if let Some(node) = self.store.get_live(&id, now)? {
-                    batch.push(node);
-                }
-                if batch.len() >= 4096 {
-                    n += batch.len();
-                    self.index.upsert(&batch)?;
-                    batch.clear();
-                }
+        let mut batch = Vec::new();
+        for id in self.store.node_ids() {
+            if let Some(node) = self.store.get_node(&id?)? {
+                batch.push(node);
             }
-            n += batch.len();
-            self.index.upsert(&batch)?;
+            if batch.len() >= 4096 {
+                n += batch.len();
+                self.index.upsert(&batch)?;
+                batch.clear();
+            }
         }
+        n += batch.len();
+        self.index.upsert(&batch)?;
         self.index.commit()?;
-        self.store.clear_unindexed()?;
+        self.store.clear_pending_index(&pending)?;
         Ok(n)
     }
 }
@@ -978,11 +1030,62 @@ fn sort_sources(rec: &mut ScopeRecord) {
     }
 }
 
-fn validate_scope_name(scope: &str) -> Result<()> {
-    if scope.trim().is_empty() || scope.contains('\0') || scope.len() > 200 {
-        return Err(Error::invalid(
-            "a scope name must be 1-200 characters, without NUL",
-        ));
+/// How a source of a scope of `kind` is cut.
+fn structure_of(kind: ScopeKind) -> Structure {
+    match kind {
+        ScopeKind::Doc => Structure::Document,
+        ScopeKind::Debate => Structure::Turn,
+    }
+}
+
+/// Whether the stored record `old` already holds `s` as it would be ingested now.
+fn unchanged(old: &SourceRecord, s: &SourceInput, budget: usize) -> bool {
+    old.hash == *blake3::hash(s.text.as_bytes()).as_bytes()
+        && old.round == s.round
+        && old.speaker == s.speaker
+        && old.chunk_tokens as usize == budget
+}
+
+/// The names a source brings into the store, checked by the one set of rules (`id`).
+fn check_source(s: &SourceInput) -> Result<()> {
+    crate::id::source(&s.id)?;
+    if let Some(sp) = &s.speaker {
+        crate::id::speaker(sp).map_err(|e| Error::invalid(format!("{}: {e}", s.id)))?;
     }
     Ok(())
+}
+
+/// The FULL nodes of a source cut into `chunks`.
+fn full_nodes(scope: &str, s: &SourceInput, chunks: &[Chunk], now: u64) -> Vec<Node> {
+    let meta = Meta {
+        rounds: s.round.into_iter().collect(),
+        speakers: s.speaker.iter().cloned().collect(),
+        headings: Vec::new(),
+        tags: None,
+    };
+    chunks
+        .iter()
+        .map(|c| {
+            let text = s.text[c.start..c.end].to_string();
+            Node {
+                id: full_id(&s.id, c.start, c.end, &text),
+                scope: scope.to_string(),
+                level: Level::Full,
+                tokens: c.tokens as u32,
+                text,
+                children: Vec::new(),
+                citations: vec![Span {
+                    source: s.id.clone(),
+                    start: c.start as u64,
+                    end: c.end as u64,
+                }],
+                meta: Meta {
+                    headings: c.headings.clone(),
+                    ..meta.clone()
+                },
+                created_at: now,
+                expires_at: None,
+            }
+        })
+        .collect()
 }

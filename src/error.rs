@@ -18,9 +18,16 @@ pub enum Error {
     /// chain does not say it twice.)
     #[error("cannot read {}: {err}", path.display())]
     Io { path: PathBuf, err: std::io::Error },
-    /// The embedded store failed (disk full, locked by another process, ...).
+    /// The embedded store failed (an I/O error, a full disk...). The cause is part of the
+    /// message, not a `source`, so that a printed chain says it once.
     #[error("store: {0}")]
-    Store(#[from] sled::Error),
+    Store(String),
+    /// Another process holds the store open.
+    #[error(
+        "{} is in use by another strata process (stop it, or point --db elsewhere)",
+        .0.display()
+    )]
+    InUse(PathBuf),
     /// The store holds bytes we cannot decode: a newer format or a damaged file.
     #[error("data corruption: {0}")]
     DataCorruption(String),
@@ -33,6 +40,19 @@ pub enum Error {
     /// A configuration file or variable is wrong.
     #[error("config: {0}")]
     Config(String),
+}
+
+impl From<sled::Error> for Error {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            sled::Error::Corruption { at, .. } => Error::DataCorruption(match at {
+                Some(at) => format!("the store's log is damaged at {at:?} (run `strata repair`)"),
+                None => "the store's log is damaged (run `strata repair`)".into(),
+            }),
+            sled::Error::Io(io) => Error::Store(io.to_string()),
+            e => Error::Store(e.to_string()),
+        }
+    }
 }
 
 impl Error {

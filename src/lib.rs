@@ -33,6 +33,7 @@ pub mod error;
 pub mod eval;
 pub mod expire;
 pub mod hybrid;
+pub mod id;
 pub mod index;
 pub mod jobs;
 pub mod level;

@@ -495,7 +495,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Eval(_) => unreachable!("handled before the store is opened"),
         Cmd::Reindex => {
-            let n = engine.reindex(now)?;
+            let n = engine.reindex()?;
             if json {
                 print_json(&serde_json::json!({ "indexed": n }))?;
             } else {

@@ -157,10 +157,11 @@ pub async fn run(
         hook,
     );
     let sweep_engine = engine.clone();
-    let sweeper = spawn_sweeper(engine.store().clone(), system_clock(), move |ids| {
-        let idx = sweep_engine.index();
-        if let Err(e) = idx.delete(&ids).and_then(|_| idx.commit()) {
-            tracing::warn!(error = %e, "cannot drop swept nodes from the index");
+    // A sweep marks the nodes it removes as pending for the index in the same transaction;
+    // applying the marks here keeps the index current (or the next open does).
+    let sweeper = spawn_sweeper(engine.store().clone(), system_clock(), move |_ids| {
+        if let Err(e) = sweep_engine.sync_index() {
+            tracing::warn!(error = %e, "cannot drop swept nodes from the index yet");
         }
     });
 

@@ -1,8 +1,8 @@
 //! The embedded store (sled): sources, their texts, scopes, nodes, and the expiry index.
 //!
 //! Trees:
-//! - `sources`: `scope \0 source` → [`SourceRecord`]
-//! - `texts`:   `scope \0 source` → the source text as ingested (ground truth for citations)
+//! - `sources`: [`source_key`] (length-prefixed scope ++ source) → [`SourceRecord`]
+//! - `texts`:   [`source_key`] → the source text as ingested (ground truth for citations)
 //! - `scopes`:  `scope` → [`ScopeRecord`]
 //! - `nodes`:   node id → [`Node`]
 //! - `expiry`:  big-endian `expires_at` ++ node id → `()`; a sweep is a range scan.
@@ -10,12 +10,22 @@
 //!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every scope and
 //!   every rebuild that reaches the node.
 //!
-//! Values are bincode (serde, standard config) behind a one-byte format version.
+//! - `unindexed`: node id → 8-byte generation: nodes written or removed in the store whose
+//!   change the index has not committed yet. Set in the same transaction as the change,
+//!   cleared (compare-and-swap on the generation) only after tantivy's commit.
+//!
+//! Values are bincode (serde, standard config) behind a one-byte format version. The key
+//! `format` of the default tree holds the layout version of the whole store ([`LAYOUT`]);
+//! an older layout is migrated at open, in one transaction.
+//!
+//! Every write that must survive a crash together is one sled transaction: sled seals a
+//! transaction as one batch in its log, so recovery applies all of it or none of it.
 
 use crate::error::{Error, Result};
 use crate::node::{Node, NodeId};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sled::Transactional;
+use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +33,10 @@ use tokio::sync::Notify;
 
 /// The format version byte in front of every value.
 const FORMAT: u8 = 1;
+
+/// The layout of the store (key schemes, trees). 1: `scope \0 source` keys (ambiguous);
+/// 2: length-prefixed keys, the pending-index set written with every node change.
+pub const LAYOUT: u8 = 2;
 
 /// What a scope holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -157,12 +171,37 @@ impl EmbedKey {
     }
 }
 
-fn source_key(scope: &str, source: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(scope.len() + source.len() + 1);
+/// The key of a source: the scope's length (4 bytes, big-endian), the scope, the source id.
+/// The length prefix makes the key unambiguous whatever bytes the two names hold (with a
+/// separator, `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key), and a scope's sources
+/// are still one prefix range.
+pub(crate) fn source_key(scope: &str, source: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + scope.len() + source.len());
+    k.extend_from_slice(&(scope.len() as u32).to_be_bytes());
     k.extend_from_slice(scope.as_bytes());
-    k.push(0);
     k.extend_from_slice(source.as_bytes());
     k
+}
+
+/// A sled transaction's error as ours (no transaction of ours aborts on purpose).
+fn txn_err(what: &str) -> impl FnOnce(TransactionError<()>) -> Error + '_ {
+    move |e| match e {
+        TransactionError::Storage(e) => Error::from(e),
+        TransactionError::Abort(()) => Error::DataCorruption(format!("{what} aborted")),
+    }
+}
+
+/// A generation for the pending-index mark (see `unindexed`).
+fn gen_bytes(g: u64) -> [u8; 8] {
+    g.to_be_bytes()
+}
+
+/// The bytes of a deadline in the `deadlines` tree (`u64::MAX`: never).
+fn deadline_of(v: &[u8], id: &NodeId) -> Result<u64> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| Error::DataCorruption(format!("deadline of {id} is not 8 bytes")))?;
+    Ok(u64::from_be_bytes(b))
 }
 
 fn expiry_key(at: u64, id: &NodeId) -> [u8; 40] {
@@ -184,16 +223,12 @@ impl Store {
             .cache_capacity(256 * 1024 * 1024)
             .open()
             .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                    Error::Store(sled::Error::Io(std::io::Error::new(
-                        io.kind(),
-                        format!(
-                            "{} is in use by another strata process ({io})",
-                            dir.display()
-                        ),
-                    )))
+                // sled reports a store locked by another process as a generic I/O error
+                // whose message carries fs2's raw error; say it once, plainly.
+                sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
+                    Error::InUse(dir.to_path_buf())
                 }
-                e => Error::Store(e),
+                e => Error::from(e),
             })?;
         Self::from_db(db)
     }
@@ -204,18 +239,19 @@ impl Store {
     }
 
     fn from_db(db: sled::Db) -> Result<Store> {
-        match db.get("format")? {
-            Some(v) if v.as_ref() != [FORMAT] => {
+        let layout = match db.get("format")? {
+            None => {
+                db.insert("format", &[LAYOUT])?;
+                LAYOUT
+            }
+            Some(v) if v.len() == 1 && v[0] <= LAYOUT => v[0],
+            Some(v) => {
                 return Err(Error::DataCorruption(format!(
-                    "store format {:?}, this strata reads {FORMAT}",
+                    "store layout {:?} is newer than this strata reads ({LAYOUT}): upgrade strata",
                     v.as_ref()
                 )));
             }
-            Some(_) => {}
-            None => {
-                db.insert("format", &[FORMAT])?;
-            }
-        }
+        };
         let s = Store {
             nodes: db.open_tree("nodes")?,
             expiry: db.open_tree("expiry")?,
@@ -231,40 +267,92 @@ impl Store {
             expiry_changed: Arc::new(Notify::new()),
             earliest: Arc::new(AtomicU64::new(u64::MAX)),
         };
+        if layout < LAYOUT {
+            s.migrate_from_1()?;
+        }
         Ok(s)
+    }
+
+    /// Layout 1 → 2: source keys `scope \0 source` become length-prefixed. Scope names
+    /// never held NUL, so the first NUL splits an old key exactly. One transaction: a crash
+    /// leaves layout 1 whole, and the next open migrates again.
+    fn migrate_from_1(&self) -> Result<()> {
+        let mut moves: Vec<(sled::IVec, Vec<u8>)> = Vec::new();
+        for k in self.sources.iter().keys() {
+            let k = k?;
+            let Some(at) = k.iter().position(|&b| b == 0) else {
+                return Err(Error::DataCorruption(
+                    "a layout-1 source key has no separator".into(),
+                ));
+            };
+            let scope = std::str::from_utf8(&k[..at])
+                .map_err(|_| Error::DataCorruption("a source key is not UTF-8".into()))?;
+            let source = std::str::from_utf8(&k[at + 1..])
+                .map_err(|_| Error::DataCorruption("a source key is not UTF-8".into()))?;
+            moves.push((k.clone(), source_key(scope, source)));
+        }
+        tracing::info!(
+            sources = moves.len(),
+            "migrating the store to layout {LAYOUT}"
+        );
+        let meta: &sled::Tree = &self.db;
+        (meta, &self.sources, &self.texts)
+            .transaction(|(m, so, te)| {
+                for (old, new) in &moves {
+                    if let Some(v) = so.remove(old)? {
+                        so.insert(new.as_slice(), v)?;
+                    }
+                    if let Some(v) = te.remove(old)? {
+                        te.insert(new.as_slice(), v)?;
+                    }
+                }
+                m.insert("format", &[LAYOUT][..])?;
+                Ok(())
+            })
+            .map_err(txn_err("migration"))?;
+        self.db.flush()?;
+        Ok(())
     }
 
     // ---- nodes ----
 
-    /// Writes a node and its expiry entry atomically.
+    /// Writes a node with its deadline, expiry entry and pending-index mark, atomically.
     pub fn put_node(&self, node: &Node) -> Result<()> {
-        let value = encode(node)?;
-        let old = self.get_node(&node.id)?;
-        let deadline = node.expires_at.unwrap_or(u64::MAX).to_be_bytes();
-        (&self.nodes, &self.expiry, &self.deadlines)
-            .transaction(|(nodes, expiry, deadlines)| {
-                if let Some(old_at) = old.as_ref().and_then(|o| o.expires_at) {
-                    expiry.remove(&expiry_key(old_at, &node.id)[..])?;
-                }
-                nodes.insert(&node.id.0[..], value.as_slice())?;
-                deadlines.insert(&node.id.0[..], &deadline[..])?;
-                if let Some(at) = node.expires_at {
-                    expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
+        self.put_nodes(std::slice::from_ref(node))
+    }
+
+    /// Writes nodes (each with its deadline, expiry entry and pending-index mark) in one
+    /// transaction.
+    pub fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let values = nodes.iter().map(encode).collect::<Result<Vec<_>>>()?;
+        (&self.nodes, &self.expiry, &self.deadlines, &self.unindexed)
+            .transaction(|(n, e, d, u)| {
+                let tx = NodeTx {
+                    nodes: n,
+                    expiry: e,
+                    deadlines: d,
+                    unindexed: u,
+                };
+                for (node, v) in nodes.iter().zip(&values) {
+                    tx.put(node, v)?;
                 }
                 Ok(())
             })
-            .map_err(|e: sled::transaction::TransactionError<()>| match e {
-                sled::transaction::TransactionError::Storage(e) => Error::Store(e),
-                sled::transaction::TransactionError::Abort(()) => {
-                    Error::DataCorruption("node write aborted".into())
-                }
-            })?;
-        if let Some(at) = node.expires_at
+            .map_err(txn_err("node write"))?;
+        self.note_deadlines(nodes.iter().filter_map(|n| n.expires_at));
+        Ok(())
+    }
+
+    /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
+    fn note_deadlines(&self, deadlines: impl Iterator<Item = u64>) {
+        if let Some(at) = deadlines.min()
             && at < self.earliest.fetch_min(at, Ordering::AcqRel)
         {
             self.expiry_changed.notify_one();
         }
-        Ok(())
     }
 
     /// The node, whether or not it has expired.
@@ -283,29 +371,30 @@ impl Store {
     /// Whether a live node exists, without reading the node itself.
     pub fn contains_live(&self, id: &NodeId, now: u64) -> Result<bool> {
         Ok(match self.deadlines.get(id.0)? {
-            Some(v) => {
-                let b: [u8; 8] = v.as_ref().try_into().map_err(|_| {
-                    Error::DataCorruption(format!("deadline of {id} is not 8 bytes"))
-                })?;
-                u64::from_be_bytes(b) > now
-            }
+            Some(v) => deadline_of(&v, id)? > now,
             None => false,
         })
     }
 
+    /// Removes a node (with its deadline and expiry entry) and marks it for removal from
+    /// the index, atomically. Returns whether it existed.
     pub fn remove_node(&self, id: &NodeId) -> Result<bool> {
-        let Some(old) = self.get_node(id)? else {
-            return Ok(false);
-        };
-        if let Some(at) = old.expires_at {
-            self.expiry.remove(expiry_key(at, id))?;
-        }
-        self.nodes.remove(id.0)?;
-        self.deadlines.remove(id.0)?;
-        Ok(true)
+        let removed = (&self.nodes, &self.expiry, &self.deadlines, &self.unindexed)
+            .transaction(|(n, e, d, u)| {
+                NodeTx {
+                    nodes: n,
+                    expiry: e,
+                    deadlines: d,
+                    unindexed: u,
+                }
+                .remove(id)
+            })
+            .map_err(txn_err("node removal"))?;
+        Ok(removed)
     }
 
-    /// Removes every node whose deadline is at or before `now`; returns their ids.
+    /// Removes every node whose deadline is at or before `now`; returns their ids. Each
+    /// removal marks the node for removal from the index in the same transaction.
     pub fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
         let mut removed = Vec::new();
         let end = expiry_key(now, &NodeId([0xff; 32]));
@@ -314,14 +403,32 @@ impl Store {
             let mut id = [0u8; 32];
             id.copy_from_slice(&k[8..40]);
             let id = NodeId(id);
-            self.expiry.remove(&k)?;
-            // The node may have been rewritten with a later deadline; only remove it if the
-            // node itself is expired.
-            if let Some(n) = self.get_node(&id)?
-                && !n.is_live(now)
-            {
-                self.nodes.remove(id.0)?;
-                self.deadlines.remove(id.0)?;
+            let gone = (&self.nodes, &self.expiry, &self.deadlines, &self.unindexed)
+                .transaction(|(n, e, d, u)| {
+                    e.remove(&k)?;
+                    // The node may have been rewritten with a later deadline since this
+                    // entry was made; only an expired node goes.
+                    let expired = match d.get(id.0)? {
+                        Some(v) => {
+                            deadline_of(&v, &id)
+                                .map_err(|_| ConflictableTransactionError::Abort(()))?
+                                <= now
+                        }
+                        None => false,
+                    };
+                    if !expired {
+                        return Ok(false);
+                    }
+                    NodeTx {
+                        nodes: n,
+                        expiry: e,
+                        deadlines: d,
+                        unindexed: u,
+                    }
+                    .remove(&id)
+                })
+                .map_err(txn_err("sweep"))?;
+            if gone {
                 removed.push(id);
             }
         }
@@ -363,11 +470,6 @@ impl Store {
         }
     }
 
-    pub fn put_scope(&self, rec: &ScopeRecord) -> Result<()> {
-        self.scopes.insert(rec.name.as_bytes(), encode(rec)?)?;
-        Ok(())
-    }
-
     pub fn scopes(&self) -> Result<Vec<ScopeRecord>> {
         self.scopes
             .iter()
@@ -392,64 +494,113 @@ impl Store {
         }
     }
 
-    /// Writes a source's record and text together.
-    pub fn put_source(&self, rec: &SourceRecord, text: &str) -> Result<()> {
-        let key = source_key(&rec.scope, &rec.id);
-        let r = encode(rec)?;
-        let t = encode(&text)?;
-        (&self.sources, &self.texts)
-            .transaction(|(s, t_tree)| {
-                s.insert(key.as_slice(), r.as_slice())?;
-                t_tree.insert(key.as_slice(), t.as_slice())?;
+    /// Applies one ingest step atomically: the scope's new record, the sources it adds or
+    /// replaces (record, text and FULL nodes), the sources and nodes it removes, and the
+    /// pending-index marks of every node it writes or removes. A crash leaves the store
+    /// before or after the whole step, never in between: the scope never lists a source
+    /// the store lacks, a replaced source's old chunks go only with its new ones, and the
+    /// scope's turn counter moves with the turn it numbered.
+    pub fn write_sources(&self, step: &SourceStep) -> Result<()> {
+        let scope = encode(&step.scope)?;
+        let mut puts = Vec::with_capacity(step.put.len());
+        for p in &step.put {
+            let nodes = p
+                .nodes
+                .iter()
+                .map(|n| Ok((n, encode(n)?)))
+                .collect::<Result<Vec<_>>>()?;
+            puts.push((
+                source_key(&step.scope.name, &p.record.id),
+                encode(&p.record)?,
+                encode(&p.text)?,
+                nodes,
+            ));
+        }
+        let removed: Vec<Vec<u8>> = step
+            .remove_sources
+            .iter()
+            .map(|id| source_key(&step.scope.name, id))
+            .collect();
+        (
+            &self.scopes,
+            &self.sources,
+            &self.texts,
+            &self.nodes,
+            &self.expiry,
+            &self.deadlines,
+            &self.unindexed,
+        )
+            .transaction(|(sc, so, te, n, e, d, u)| {
+                let tx = NodeTx {
+                    nodes: n,
+                    expiry: e,
+                    deadlines: d,
+                    unindexed: u,
+                };
+                for (key, record, text, nodes) in &puts {
+                    for (node, v) in nodes {
+                        tx.put(node, v)?;
+                    }
+                    so.insert(key.as_slice(), record.as_slice())?;
+                    te.insert(key.as_slice(), text.as_slice())?;
+                }
+                for id in &step.remove_nodes {
+                    tx.remove(id)?;
+                }
+                for key in &removed {
+                    so.remove(key.as_slice())?;
+                    te.remove(key.as_slice())?;
+                }
+                sc.insert(step.scope.name.as_bytes(), scope.as_slice())?;
                 Ok(())
             })
-            .map_err(|e: sled::transaction::TransactionError<()>| match e {
-                sled::transaction::TransactionError::Storage(e) => Error::Store(e),
-                sled::transaction::TransactionError::Abort(()) => {
-                    Error::DataCorruption("source write aborted".into())
-                }
-            })?;
+            .map_err(txn_err("source write"))?;
         Ok(())
     }
 
-    pub fn remove_source(&self, scope: &str, source: &str) -> Result<()> {
-        let key = source_key(scope, source);
-        self.sources.remove(&key)?;
-        self.texts.remove(&key)?;
-        Ok(())
-    }
+    // ---- the pending-index set: node changes the index has not committed ----
 
-    // ---- nodes staged for the index but not committed there ----
-
-    pub fn mark_unindexed(&self, ids: impl IntoIterator<Item = NodeId>) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        for id in ids {
-            batch.insert(&id.0[..], &[][..]);
-        }
-        self.unindexed.apply_batch(batch)?;
-        Ok(())
-    }
-
-    pub fn has_unindexed(&self) -> bool {
-        !self.unindexed.is_empty()
-    }
-
-    pub fn unindexed(&self) -> Result<Vec<NodeId>> {
+    /// Nodes whose change (write or removal) the index has not committed yet, with the
+    /// generation of their mark.
+    pub fn pending_index(&self) -> Result<Vec<(NodeId, Vec<u8>)>> {
         self.unindexed
             .iter()
-            .keys()
-            .map(|k| {
-                let k = k?;
+            .map(|kv| {
+                let (k, v) = kv?;
                 let arr: [u8; 32] = k
                     .as_ref()
                     .try_into()
                     .map_err(|_| Error::DataCorruption("unindexed key is not 32 bytes".into()))?;
-                Ok(NodeId(arr))
+                Ok((NodeId(arr), v.to_vec()))
             })
             .collect()
     }
 
-    pub fn clear_unindexed(&self) -> Result<()> {
+    /// How many node changes the index has not committed yet.
+    pub fn n_pending_index(&self) -> usize {
+        self.unindexed.len()
+    }
+
+    pub fn has_pending_index(&self) -> bool {
+        !self.unindexed.is_empty()
+    }
+
+    /// Clears the marks of changes the index has committed. A mark whose generation moved
+    /// since it was read (the node changed again meanwhile) stays for the next pass.
+    pub fn clear_pending_index(&self, done: &[(NodeId, Vec<u8>)]) -> Result<()> {
+        for (id, generation) in done {
+            // Err(CompareAndSwapError) = the mark changed: keep it.
+            let _ = self.unindexed.compare_and_swap(
+                id.0,
+                Some(generation.as_slice()),
+                None as Option<&[u8]>,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Forgets every mark (after a full reindex from the store).
+    pub fn clear_all_pending_index(&self) -> Result<()> {
         self.unindexed.clear()?;
         Ok(())
     }
@@ -557,5 +708,245 @@ impl Store {
 
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+/// One ingest step for [`Store::write_sources`].
+#[derive(Debug)]
+pub struct SourceStep {
+    /// The scope's record after the step.
+    pub scope: ScopeRecord,
+    /// Sources added or replaced: record, text, FULL nodes.
+    pub put: Vec<SourcePut>,
+    /// Sources removed from the scope (record and text).
+    pub remove_sources: Vec<String>,
+    /// Nodes removed (FULL chunks of replaced or removed sources).
+    pub remove_nodes: Vec<NodeId>,
+}
+
+/// A source added or replaced by a [`SourceStep`].
+#[derive(Debug)]
+pub struct SourcePut {
+    pub record: SourceRecord,
+    pub text: String,
+    pub nodes: Vec<Node>,
+}
+
+/// The node trees inside one transaction: a node, its deadline, its expiry entry and its
+/// pending-index mark always change together.
+struct NodeTx<'a> {
+    nodes: &'a TransactionalTree,
+    expiry: &'a TransactionalTree,
+    deadlines: &'a TransactionalTree,
+    unindexed: &'a TransactionalTree,
+}
+
+type TxResult<T> = std::result::Result<T, ConflictableTransactionError<()>>;
+
+impl NodeTx<'_> {
+    fn old_deadline(&self, id: &NodeId) -> TxResult<Option<u64>> {
+        match self.deadlines.get(id.0)? {
+            Some(v) => Ok(Some(
+                deadline_of(&v, id).map_err(|_| ConflictableTransactionError::Abort(()))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn mark_pending(&self, id: &NodeId) -> TxResult<()> {
+        let g = self.unindexed.generate_id()?;
+        self.unindexed.insert(&id.0[..], &gen_bytes(g)[..])?;
+        Ok(())
+    }
+
+    fn put(&self, node: &Node, value: &[u8]) -> TxResult<()> {
+        if let Some(old_at) = self.old_deadline(&node.id)?
+            && old_at != u64::MAX
+        {
+            self.expiry.remove(&expiry_key(old_at, &node.id)[..])?;
+        }
+        let deadline = node.expires_at.unwrap_or(u64::MAX);
+        self.nodes.insert(&node.id.0[..], value)?;
+        self.deadlines
+            .insert(&node.id.0[..], &deadline.to_be_bytes()[..])?;
+        if let Some(at) = node.expires_at {
+            self.expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
+        }
+        self.mark_pending(&node.id)
+    }
+
+    fn remove(&self, id: &NodeId) -> TxResult<bool> {
+        let old_at = self.old_deadline(id)?;
+        if let Some(at) = old_at
+            && at != u64::MAX
+        {
+            self.expiry.remove(&expiry_key(at, id)[..])?;
+        }
+        self.deadlines.remove(&id.0[..])?;
+        let existed = self.nodes.remove(&id.0[..])?.is_some();
+        if existed {
+            self.mark_pending(id)?;
+        }
+        Ok(existed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::level::Level;
+    use crate::node::{Meta, Span};
+
+    fn node(k: u8, expires_at: Option<u64>) -> Node {
+        Node {
+            id: NodeId([k; 32]),
+            scope: "s".into(),
+            level: Level::Full,
+            text: format!("node {k}"),
+            children: Vec::new(),
+            citations: vec![Span {
+                source: "a".into(),
+                start: 0,
+                end: 1,
+            }],
+            tokens: 2,
+            meta: Meta::default(),
+            created_at: 0,
+            expires_at,
+        }
+    }
+
+    fn scope_record(name: &str, sources: &[&str]) -> ScopeRecord {
+        ScopeRecord {
+            name: name.into(),
+            kind: ScopeKind::Doc,
+            sources: sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| SourceEntry {
+                    id: s.to_string(),
+                    round: None,
+                    seq: i as u64,
+                })
+                .collect(),
+            next_seq: sources.len() as u64,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn record(scope: &str, id: &str) -> SourceRecord {
+        SourceRecord {
+            id: id.into(),
+            scope: scope.into(),
+            seq: 0,
+            round: None,
+            speaker: None,
+            hash: [0; 32],
+            bytes: 1,
+            chunk_tokens: 400,
+            chunks: Vec::new(),
+        }
+    }
+
+    // Regression: `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key, so a document
+    // posted to one scope replaced a document of another.
+    #[test]
+    fn source_keys_cannot_collide() {
+        assert_ne!(source_key("kb\0x", "a.md"), source_key("kb", "x\0a.md"));
+        assert_ne!(source_key("ab", "c"), source_key("a", "bc"));
+        let s = Store::temporary().unwrap();
+        for (scope, src, text) in [("kb\0x", "a.md", "one"), ("kb", "x\0a.md", "two")] {
+            s.write_sources(&SourceStep {
+                scope: scope_record(scope, &[src]),
+                put: vec![SourcePut {
+                    record: record(scope, src),
+                    text: text.into(),
+                    nodes: Vec::new(),
+                }],
+                remove_sources: Vec::new(),
+                remove_nodes: Vec::new(),
+            })
+            .unwrap();
+        }
+        assert_eq!(s.get_text("kb\0x", "a.md").unwrap().as_deref(), Some("one"));
+        assert_eq!(s.get_text("kb", "x\0a.md").unwrap().as_deref(), Some("two"));
+    }
+
+    #[test]
+    fn every_node_change_is_pending_until_cleared() {
+        let s = Store::temporary().unwrap();
+        s.put_node(&node(1, None)).unwrap();
+        s.put_node(&node(2, Some(10))).unwrap();
+        let first = s.pending_index().unwrap();
+        assert_eq!(first.len(), 2);
+        s.clear_pending_index(&first).unwrap();
+        assert!(!s.has_pending_index());
+        // A removal and a sweep are changes the index must see too.
+        assert!(s.remove_node(&NodeId([1; 32])).unwrap());
+        assert_eq!(s.sweep(10).unwrap(), vec![NodeId([2; 32])]);
+        assert_eq!(s.n_pending_index(), 2);
+        // A node changed again after its mark was read keeps a mark.
+        let read = s.pending_index().unwrap();
+        s.put_node(&node(1, None)).unwrap();
+        s.clear_pending_index(&read).unwrap();
+        let left: Vec<NodeId> = s
+            .pending_index()
+            .unwrap()
+            .into_iter()
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(left, vec![NodeId([1; 32])]);
+    }
+
+    #[test]
+    fn a_layout_1_store_is_migrated_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::Config::new()
+                .path(dir.path().join("store"))
+                .open()
+                .unwrap();
+            db.insert("format", &[1u8]).unwrap();
+            let old_key = b"kb\0docs/a.md".to_vec();
+            db.open_tree("sources")
+                .unwrap()
+                .insert(&old_key, encode(&record("kb", "docs/a.md")).unwrap())
+                .unwrap();
+            db.open_tree("texts")
+                .unwrap()
+                .insert(&old_key, encode(&"text of a").unwrap())
+                .unwrap();
+            db.open_tree("scopes")
+                .unwrap()
+                .insert("kb", encode(&scope_record("kb", &["docs/a.md"])).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            s.get_text("kb", "docs/a.md").unwrap().as_deref(),
+            Some("text of a")
+        );
+        assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+        drop(s);
+        // Opening again finds layout 2 and changes nothing.
+        let s = Store::open(dir.path()).unwrap();
+        assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_newer_layout_is_refused_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::Config::new()
+                .path(dir.path().join("store"))
+                .open()
+                .unwrap();
+            db.insert("format", &[LAYOUT + 1]).unwrap();
+            db.flush().unwrap();
+        }
+        let e = Store::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("newer") && !e.contains('\n'), "{e}");
     }
 }

@@ -10,3 +10,4 @@ mod props;
 mod server;
 mod support;
 mod ttl;
+mod writes;

@@ -253,7 +253,7 @@ fn index_is_rebuilt_from_the_store_when_missing() {
             .any(|c| c.quote.contains("freedom of speech"))
     );
     // And on request.
-    let n = e.reindex(T0).unwrap();
+    let n = e.reindex().unwrap();
     assert_eq!(n as u64, e.stats(T0).unwrap().indexed_docs);
 }
 

@@ -1,0 +1,238 @@
+//! The write protocol: names validated in one place, ingest steps that are whole or absent,
+//! append ids that are never handed out twice, and an index that never lags the store
+//! without the store knowing. (Crashes of real processes: `crash.rs`.)
+
+use crate::support::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
+use strata::source::Turn;
+use strata::store::SourceStep;
+use strata::{Config, Engine, NoProgress};
+
+fn turn(round: u32, speaker: &str, text: &str) -> Turn {
+    Turn {
+        round,
+        speaker: speaker.into(),
+        text: text.into(),
+    }
+}
+
+#[test]
+fn names_are_validated_at_every_library_entry_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::in_memory(Config::default()).unwrap();
+    let p = write(dir.path(), "a.md", "The ferry costs 40 dollars.\n");
+    let long = "x".repeat(10_000);
+    for scope in ["", "  ", "kb\0x", "a\nb", " kb", long.as_str()] {
+        let err = e
+            .ingest_files(scope, None, std::slice::from_ref(&p), T0)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains('\n'), "{err:?}");
+        let err = e
+            .append(scope, turn(1, "ana", "hello there"), T0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("scope name"), "{err:?}");
+    }
+    let doc = strata::source::document("x\0a.md", "text".into()).unwrap();
+    let file = strata::source::InputFile::single(strata::ScopeKind::Doc, "x", doc);
+    let err = e.ingest("kb", &[file], T0).unwrap_err().to_string();
+    assert!(err.contains("source id") && err.contains("\\0"), "{err}");
+    let err = e
+        .append("debate", turn(1, "ana\u{1b}[31m", "hello there"), T0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("speaker"), "{err}");
+    assert!(e.scope_names().unwrap().is_empty(), "nothing was written");
+}
+
+// Regression: after a crash between a source's record and the scope's list of sources,
+// re-running the ingest reported the document "unchanged" and never added it back.
+#[test]
+fn a_source_record_its_scope_does_not_list_is_ingested_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(&dir.path().join("db"), Config::default()).unwrap();
+    let a = write(dir.path(), "a.md", "Alpha paragraph about ferries.\n");
+    let b = write(dir.path(), "b.md", "Beta paragraph about zeppelins.\n");
+    e.ingest_files("kb", None, std::slice::from_ref(&a), T0)
+        .unwrap();
+    e.ingest_files("kb", None, std::slice::from_ref(&b), T0)
+        .unwrap();
+    // What the old write order could leave: b's record and text, but a scope that lists
+    // only a.
+    let mut rec = e.store().get_scope("kb").unwrap().unwrap();
+    rec.sources.retain(|s| s.id == a.display().to_string());
+    e.store()
+        .write_sources(&SourceStep {
+            scope: rec,
+            put: Vec::new(),
+            remove_sources: Vec::new(),
+            remove_nodes: Vec::new(),
+        })
+        .unwrap();
+    let r = e.ingest_files("kb", None, &[a, b], T0).unwrap();
+    assert_eq!((r.added, r.unchanged), (1, 1), "{r:?}");
+    assert_eq!(e.scope_stats("kb", T0).unwrap().sources, 2);
+}
+
+// Regression: after one unlucky kill the scope's turn counter lagged a stored turn, and
+// every later append got that turn's id and replaced it.
+#[test]
+fn append_never_reuses_a_stored_turn_id() {
+    let e = Engine::in_memory(Config::default()).unwrap();
+    for i in 1..=3 {
+        let (_, id) = e
+            .append(
+                "x",
+                turn(i, "ana", &format!("Turn number {i} is here.")),
+                T0,
+            )
+            .unwrap();
+        assert_eq!(id, format!("x#turn-{i}"));
+    }
+    // Rewind the counter and forget turn 3 in the list, as the old write order could.
+    let mut rec = e.store().get_scope("x").unwrap().unwrap();
+    rec.next_seq = 2;
+    rec.sources.retain(|s| s.id != "x#turn-3");
+    e.store()
+        .write_sources(&SourceStep {
+            scope: rec,
+            put: Vec::new(),
+            remove_sources: Vec::new(),
+            remove_nodes: Vec::new(),
+        })
+        .unwrap();
+    let (r, id) = e
+        .append("x", turn(4, "bo", "A new turn after the crash."), T0)
+        .unwrap();
+    assert_eq!((id.as_str(), r.added, r.replaced), ("x#turn-4", 1, 0));
+    let (_, id) = e
+        .append("x", turn(5, "bo", "And another one after it."), T0)
+        .unwrap();
+    assert_eq!(id, "x#turn-5");
+    assert_eq!(
+        e.source_text("x", "x#turn-3").unwrap(),
+        "Turn number 3 is here."
+    );
+}
+
+#[test]
+fn a_replaced_source_swaps_its_chunks_in_one_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(&dir.path().join("db"), Config::default()).unwrap();
+    let p = write(dir.path(), "a.md", "# One\n\nFirst version of the text.\n");
+    e.ingest_files("kb", None, std::slice::from_ref(&p), T0)
+        .unwrap();
+    let before = e
+        .store()
+        .get_source("kb", &p.display().to_string())
+        .unwrap()
+        .unwrap();
+    std::fs::write(&p, "# One\n\nSecond version, longer than the first one.\n").unwrap();
+    let r = e
+        .ingest_files("kb", None, std::slice::from_ref(&p), T0)
+        .unwrap();
+    assert_eq!(r.replaced, 1);
+    for c in &before.chunks {
+        assert!(
+            e.store().get_node(&c.id).unwrap().is_none(),
+            "old chunk kept"
+        );
+    }
+    let after = e
+        .store()
+        .get_source("kb", &p.display().to_string())
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.seq, before.seq, "a replaced source keeps its place");
+    for c in &after.chunks {
+        assert!(e.store().get_node(&c.id).unwrap().is_some());
+    }
+    let s = e.stats(T0).unwrap();
+    assert_eq!((s.indexed_docs, s.unindexed), (s.nodes as u64, 0));
+}
+
+/// A model that answers `n` calls and then never again (a build killed mid-way).
+struct Stalls {
+    left: AtomicU64,
+}
+
+impl SubModel for Stalls {
+    fn identity(&self) -> String {
+        "stalls".into()
+    }
+    fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
+        let go = self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        Box::pin(async move {
+            if !go {
+                std::future::pending::<()>().await;
+            }
+            Ok(strata::model::offline::compress(&req))
+        })
+    }
+}
+
+// Regression: nodes an interrupted build had stored were never indexed, and the resumed
+// build counted them as done (23,520 nodes, 7,174 indexed).
+#[test]
+fn nodes_of_an_interrupted_build_are_indexed_at_the_next_open() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    {
+        let e = Engine::open(&db, Config::default())
+            .unwrap()
+            .with_model(Arc::new(Stalls {
+                left: AtomicU64::new(20),
+            }));
+        e.ingest_files("docs", None, &doc_paths(), T0).unwrap();
+        // The build stalls after 20 nodes; dropping it is what a kill does to a build.
+        let r = rt.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_millis(500),
+                e.compress("docs", T0, &NoProgress),
+            )
+            .await
+        });
+        assert!(r.is_err(), "the build should have stalled");
+        let s = e.stats(T0).unwrap();
+        assert!(s.unindexed >= 20, "{s:?}");
+    }
+    let e = Engine::open(&db, Config::default())
+        .unwrap()
+        .with_model(Arc::new(Stalls {
+            left: AtomicU64::new(u64::MAX),
+        }));
+    let s = e.stats(T0).unwrap();
+    assert_eq!((s.indexed_docs, s.unindexed), (s.nodes as u64, 0), "{s:?}");
+    let r = rt.block_on(e.compress("docs", T0, &NoProgress)).unwrap();
+    assert!(r.failures.is_empty());
+    let s = e.stats(T0).unwrap();
+    assert_eq!((s.indexed_docs, s.unindexed), (s.nodes as u64, 0), "{s:?}");
+}
+
+#[test]
+fn appends_are_searchable_at_the_next_query() {
+    let rt = rt();
+    let e = Engine::in_memory(Config::default()).unwrap();
+    e.append(
+        "x",
+        turn(1, "ana", "We propose a ferry fare of 3 dollars."),
+        T0,
+    )
+    .unwrap();
+    assert_eq!(
+        e.stats(T0).unwrap().unindexed,
+        1,
+        "appends do not commit the index"
+    );
+    let r = query(&rt, &e, "x", "What fare did ana propose?", T0);
+    assert!(r.answer.contains("3 dollars"), "{}", r.answer);
+    let s = e.stats(T0).unwrap();
+    assert_eq!((s.indexed_docs, s.unindexed), (s.nodes as u64, 0), "{s:?}");
+}
