@@ -279,6 +279,7 @@ impl Engine {
     // ---------------------------------------------------------------- scopes and plans
 
     pub fn scope(&self, name: &str) -> Result<ScopeRecord> {
+        crate::id::scope(name)?;
         self.store.get_scope(name)?.ok_or_else(|| {
             let known: Vec<String> = self
                 .store

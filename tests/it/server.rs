@@ -523,3 +523,46 @@ async fn shutdown_parks_a_running_job_and_the_restart_finishes_it() {
     assert_eq!(job["attempts"], 2, "{job}");
     s.stop().await;
 }
+
+// Regression: a document with source `x\0a.md` in scope `kb` replaced `a.md` in scope
+// `kb\0x` (keys joined with a separator ids could hold); empty and 10 KB scope names were
+// accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_are_refused_and_cannot_collide() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), Config::default()).await;
+    let doc = |scope: &str, source: &str, text: &str| json!({"scope": scope, "source": source, "text": text});
+    let (code, _) = s
+        .post("/api/documents", doc("kb", "a.md", "The ferry is late."))
+        .await;
+    assert_eq!(code, 201);
+    let long = "k".repeat(10_000);
+    for body in [
+        doc("kb", "x\0a.md", "collide"),
+        doc("kb\0x", "a.md", "collide"),
+        doc("", "a.md", "empty scope"),
+        doc("   ", "a.md", "blank scope"),
+        doc(&long, "a.md", "long scope"),
+        doc("kb", "a\nb.md", "newline"),
+        doc("kb", " a.md", "leading space"),
+    ] {
+        let (code, v) = s.post("/api/documents", body.clone()).await;
+        assert_eq!(code, 400, "{body} {v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(!e.contains('\n') && !e.contains('\0'), "{e:?}");
+    }
+    for path in [
+        "/api/debates/a%00b/turns",
+        "/api/debates/a%0Ab/turns",
+        "/api/debates/%20x/turns",
+    ] {
+        let (code, v) = s.post(path, turn(1, "ana", "hello there")).await;
+        assert_eq!(code, 400, "{path} {v}");
+    }
+    let (code, v) = s.get("/api/debates/a%00b/context/auto?budget=10").await;
+    assert_eq!(code, 400, "{v}");
+    // Nothing was replaced: kb holds a.md with its own text.
+    let (_, st) = s.get("/api/debates/kb/refinement-status").await;
+    assert_eq!(st["sources"], 1, "{st}");
+    s.stop().await;
+}
