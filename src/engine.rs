@@ -226,10 +226,10 @@ impl Engine {
         for batch in pending.chunks(4096) {
             let mut nodes = Vec::with_capacity(batch.len());
             let mut gone = Vec::new();
-            for (id, _) in batch {
-                match self.store.get_node(id)? {
+            for m in batch {
+                match self.store.get_node(&m.id)? {
                     Some(n) => nodes.push(n),
-                    None => gone.push(*id),
+                    None => gone.push(m.id),
                 }
             }
             self.index.delete(&gone)?;
@@ -963,8 +963,7 @@ impl Engine {
             }
         }
         let mut unreachable = Vec::new();
-        for id in self.store.node_ids() {
-            let id = id?;
+        for id in self.store.node_ids()? {
             if !reachable.contains(&id) {
                 unreachable.push(id);
             }
@@ -993,8 +992,8 @@ impl Engine {
         self.index.delete_all()?;
         let mut n = 0;
         let mut batch = Vec::new();
-        for id in self.store.node_ids() {
-            if let Some(node) = self.store.get_node(&id?)? {
+        for id in self.store.node_ids()? {
+            if let Some(node) = self.store.get_node(&id)? {
                 batch.push(node);
             }
             if batch.len() >= 4096 {

@@ -42,19 +42,6 @@ pub enum Error {
     Config(String),
 }
 
-impl From<sled::Error> for Error {
-    fn from(e: sled::Error) -> Self {
-        match e {
-            sled::Error::Corruption { at, .. } => Error::DataCorruption(match at {
-                Some(at) => format!("the store's log is damaged at {at:?} (run `strata repair`)"),
-                None => "the store's log is damaged (run `strata repair`)".into(),
-            }),
-            sled::Error::Io(io) => Error::Store(io.to_string()),
-            e => Error::Store(e.to_string()),
-        }
-    }
-}
-
 impl Error {
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())

@@ -445,11 +445,24 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 print_json(&s)?;
             } else {
+                let index = if s.unindexed > 0 {
+                    format!(
+                        "{} indexed, {} changes pending (applied at the next build or query)",
+                        s.indexed_docs, s.unindexed
+                    )
+                } else if s.indexed_docs == s.nodes as u64 {
+                    format!("{} indexed (all)", s.indexed_docs)
+                } else {
+                    format!(
+                        "{} indexed of {} (run `strata reindex`)",
+                        s.indexed_docs, s.nodes
+                    )
+                };
                 out!(
-                    "store {} · {} nodes · {} indexed · tokenizer {} · model {}",
+                    "store {} · {} nodes · {} · tokenizer {} · model {}",
                     human_bytes(s.disk_bytes),
                     s.nodes,
-                    s.indexed_docs,
+                    index,
                     s.tokenizer,
                     s.model
                 );

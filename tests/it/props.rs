@@ -1,6 +1,7 @@
 //! Property tests for the invariants in DESIGN.md.
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use std::collections::HashMap;
 use strata::chunk::{Structure, chunk};
 use strata::node::{Meta, Node, NodeId};
@@ -76,47 +77,81 @@ fn node(k: u8, expires_at: Option<u64>, version: usize) -> Node {
     }
 }
 
+/// Runs `ops` against `store` and a map with deadlines, which must agree throughout; every
+/// node a write or removal touched must be marked pending for the index.
+fn store_agrees_with_model(store: Store, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut model: HashMap<u8, Node> = HashMap::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        let before = store.pending_index().unwrap();
+        let mut touched = None;
+        match op {
+            Op::Put(k, t) => {
+                let n = node(k, t, i);
+                store.put_node(&n).unwrap();
+                model.insert(k, n);
+                touched = Some(k);
+            }
+            Op::Remove(k) => {
+                let existed = store.remove_node(&NodeId([k; 32])).unwrap();
+                prop_assert_eq!(existed, model.remove(&k).is_some());
+                touched = existed.then_some(k);
+            }
+            Op::Get(k, now) => {
+                let got = store.get_live(&NodeId([k; 32]), now).unwrap();
+                let want = model.get(&k).filter(|n| n.is_live(now)).cloned();
+                prop_assert_eq!(
+                    store.contains_live(&NodeId([k; 32]), now).unwrap(),
+                    want.is_some()
+                );
+                prop_assert_eq!(got, want);
+            }
+            Op::Sweep(now) => {
+                let mut swept = store.sweep(now).unwrap();
+                let mut want: Vec<NodeId> = model
+                    .values()
+                    .filter(|n| !n.is_live(now))
+                    .map(|n| n.id)
+                    .collect();
+                model.retain(|_, n| n.is_live(now));
+                swept.sort();
+                want.sort();
+                let pending: Vec<NodeId> = store
+                    .pending_index()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.id)
+                    .collect();
+                for id in &swept {
+                    prop_assert!(pending.contains(id), "swept node not pending");
+                }
+                prop_assert_eq!(swept, want);
+            }
+        }
+        if let Some(k) = touched {
+            let after = store.pending_index().unwrap();
+            let mark = after.iter().find(|m| m.id == NodeId([k; 32]));
+            prop_assert!(mark.is_some(), "changed node not pending");
+            prop_assert!(!before.contains(mark.unwrap()), "the mark did not move");
+        }
+        prop_assert_eq!(store.n_nodes(), model.len());
+        let deadline = model.values().filter_map(|n| n.expires_at).min();
+        prop_assert_eq!(store.next_deadline().unwrap(), deadline);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// The sled store behaves like a map with deadlines under random put/get/remove/sweep.
     #[test]
     fn store_behaves_like_a_model(ops in prop::collection::vec(op(), 1..60)) {
-        let store = Store::temporary().unwrap();
-        let mut model: HashMap<u8, Node> = HashMap::new();
-        for (i, op) in ops.into_iter().enumerate() {
-            match op {
-                Op::Put(k, t) => {
-                    let n = node(k, t, i);
-                    store.put_node(&n).unwrap();
-                    model.insert(k, n);
-                }
-                Op::Remove(k) => {
-                    let existed = store.remove_node(&NodeId([k; 32])).unwrap();
-                    prop_assert_eq!(existed, model.remove(&k).is_some());
-                }
-                Op::Get(k, now) => {
-                    let got = store.get_live(&NodeId([k; 32]), now).unwrap();
-                    let want = model.get(&k).filter(|n| n.is_live(now)).cloned();
-                    prop_assert_eq!(store.contains_live(&NodeId([k; 32]), now).unwrap(), want.is_some());
-                    prop_assert_eq!(got, want);
-                }
-                Op::Sweep(now) => {
-                    let mut swept = store.sweep(now).unwrap();
-                    let mut want: Vec<NodeId> = model
-                        .values()
-                        .filter(|n| !n.is_live(now))
-                        .map(|n| n.id)
-                        .collect();
-                    model.retain(|_, n| n.is_live(now));
-                    swept.sort();
-                    want.sort();
-                    prop_assert_eq!(swept, want);
-                }
-            }
-            prop_assert_eq!(store.n_nodes(), model.len());
-            let deadline = model.values().filter_map(|n| n.expires_at).min();
-            prop_assert_eq!(store.next_deadline().unwrap(), deadline);
-        }
+        store_agrees_with_model(Store::temporary().unwrap(), ops)?;
+    }
+
+    /// So does the in-memory store.
+    #[test]
+    fn memory_store_behaves_like_a_model(ops in prop::collection::vec(op(), 1..60)) {
+        store_agrees_with_model(Store::in_memory(), ops)?;
     }
 }

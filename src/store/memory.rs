@@ -1,0 +1,263 @@
+//! The in-memory backend: plain ordered maps behind one mutex. For tests, and as the
+//! reference the conformance suite holds every other backend to. Nothing is durable, so
+//! `flush` has nothing to do; every operation is atomic because it holds the one lock.
+
+use super::{Backend, EmbedKey, PendingMark, ScopeRecord, SourceRecord, SourceStep};
+use crate::error::Result;
+use crate::node::{Node, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct MemoryBackend {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: BTreeMap<NodeId, Node>,
+    /// (deadline, id) for every node that expires.
+    expiry: BTreeSet<(u64, NodeId)>,
+    scopes: BTreeMap<String, ScopeRecord>,
+    /// (scope, source) → record and text.
+    sources: BTreeMap<(String, String), (SourceRecord, String)>,
+    pending: BTreeMap<NodeId, u64>,
+    generation: u64,
+    embeddings: BTreeMap<(EmbedKey, NodeId), Vec<f32>>,
+    views: BTreeMap<String, Vec<u8>>,
+    jobs: BTreeMap<u64, Vec<u8>>,
+    next_job: u64,
+}
+
+impl Inner {
+    fn mark(&mut self, id: NodeId) {
+        self.generation += 1;
+        self.pending.insert(id, self.generation);
+    }
+
+    fn put(&mut self, node: &Node) {
+        if let Some(old) = self.nodes.get(&node.id)
+            && let Some(at) = old.expires_at
+        {
+            self.expiry.remove(&(at, node.id));
+        }
+        if let Some(at) = node.expires_at {
+            self.expiry.insert((at, node.id));
+        }
+        self.nodes.insert(node.id, node.clone());
+        self.mark(node.id);
+    }
+
+    fn remove(&mut self, id: &NodeId) -> bool {
+        match self.nodes.remove(id) {
+            Some(old) => {
+                if let Some(at) = old.expires_at {
+                    self.expiry.remove(&(at, *id));
+                }
+                self.mark(*id);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl MemoryBackend {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("memory store poisoned")
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+        let mut m = self.lock();
+        for n in nodes {
+            m.put(n);
+        }
+        Ok(())
+    }
+
+    fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
+        Ok(self.lock().nodes.get(id).cloned())
+    }
+
+    fn deadline(&self, id: &NodeId) -> Result<Option<u64>> {
+        Ok(self
+            .lock()
+            .nodes
+            .get(id)
+            .map(|n| n.expires_at.unwrap_or(u64::MAX)))
+    }
+
+    fn remove_node(&self, id: &NodeId) -> Result<bool> {
+        Ok(self.lock().remove(id))
+    }
+
+    fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
+        let mut m = self.lock();
+        let due: Vec<NodeId> = m
+            .expiry
+            .range(..=(now, NodeId([0xff; 32])))
+            .map(|(_, id)| *id)
+            .collect();
+        for id in &due {
+            m.remove(id);
+        }
+        Ok(due)
+    }
+
+    fn next_deadline(&self) -> Result<Option<u64>> {
+        Ok(self.lock().expiry.first().map(|(at, _)| *at))
+    }
+
+    fn node_ids(&self) -> Result<Vec<NodeId>> {
+        Ok(self.lock().nodes.keys().copied().collect())
+    }
+
+    fn n_nodes(&self) -> usize {
+        self.lock().nodes.len()
+    }
+
+    fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
+        Ok(self.lock().scopes.get(name).cloned())
+    }
+
+    fn scopes(&self) -> Result<Vec<ScopeRecord>> {
+        Ok(self.lock().scopes.values().cloned().collect())
+    }
+
+    fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
+        Ok(self
+            .lock()
+            .sources
+            .get(&(scope.to_string(), source.to_string()))
+            .map(|(r, _)| r.clone()))
+    }
+
+    fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
+        Ok(self
+            .lock()
+            .sources
+            .get(&(scope.to_string(), source.to_string()))
+            .map(|(_, t)| t.clone()))
+    }
+
+    fn write_sources(&self, step: &SourceStep) -> Result<()> {
+        let mut m = self.lock();
+        let scope = step.scope.name.clone();
+        for p in &step.put {
+            for n in &p.nodes {
+                m.put(n);
+            }
+            m.sources.insert(
+                (scope.clone(), p.record.id.clone()),
+                (p.record.clone(), p.text.clone()),
+            );
+        }
+        for id in &step.remove_nodes {
+            m.remove(id);
+        }
+        for id in &step.remove_sources {
+            m.sources.remove(&(scope.clone(), id.clone()));
+        }
+        m.scopes.insert(scope, step.scope.clone());
+        Ok(())
+    }
+
+    fn pending_index(&self) -> Result<Vec<PendingMark>> {
+        Ok(self
+            .lock()
+            .pending
+            .iter()
+            .map(|(id, g)| PendingMark {
+                id: *id,
+                generation: *g,
+            })
+            .collect())
+    }
+
+    fn n_pending_index(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
+        let mut m = self.lock();
+        for d in done {
+            if m.pending.get(&d.id) == Some(&d.generation) {
+                m.pending.remove(&d.id);
+            }
+        }
+        Ok(())
+    }
+
+    fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
+        let mut m = self.lock();
+        for (id, v) in vectors {
+            m.embeddings.insert((model, *id), v.clone());
+        }
+        Ok(())
+    }
+
+    fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
+        Ok(self.lock().embeddings.get(&(model, *id)).cloned())
+    }
+
+    fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
+        Ok(self.lock().embeddings.contains_key(&(model, *id)))
+    }
+
+    fn n_embeddings(&self) -> usize {
+        self.lock().embeddings.len()
+    }
+
+    fn remove_orphan_embeddings(&self) -> Result<usize> {
+        let mut m = self.lock();
+        let before = m.embeddings.len();
+        let Inner {
+            embeddings, nodes, ..
+        } = &mut *m;
+        embeddings.retain(|(_, id), _| nodes.contains_key(id));
+        Ok(before - m.embeddings.len())
+    }
+
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+        self.lock().views.insert(scope.to_string(), bytes);
+        Ok(())
+    }
+
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.lock().views.get(scope).cloned())
+    }
+
+    fn next_job_id(&self) -> Result<u64> {
+        let mut m = self.lock();
+        m.next_job += 1;
+        Ok(m.next_job)
+    }
+
+    fn put_job(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
+        self.lock().jobs.insert(id, bytes);
+        Ok(())
+    }
+
+    fn get_job(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.lock().jobs.get(&id).cloned())
+    }
+
+    fn remove_job(&self, id: u64) -> Result<()> {
+        self.lock().jobs.remove(&id);
+        Ok(())
+    }
+
+    fn jobs(&self) -> Result<Vec<Vec<u8>>> {
+        Ok(self.lock().jobs.values().cloned().collect())
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,445 @@
+//! The store: sources, their texts, scopes, nodes with deadlines, views, jobs, vectors and
+//! the pending-index set, behind one [`Backend`] trait.
+//!
+//! [`Store`] is the handle the engine holds (cheap to clone): it encodes what the backends
+//! keep as opaque bytes (views, jobs), wakes the TTL sweeper when an earlier deadline
+//! arrives, and forwards everything else. Backends: [`sled`](self::sled) (the embedded
+//! default, `--db DIR`) and [`memory`] (tests). One conformance suite (`tests.rs`) runs
+//! against every backend. Only `store::sled` knows sled.
+//!
+//! Every backend keeps the write protocol of docs/ARCHITECTURE.md ("Writes"): a
+//! [`SourceStep`] is applied whole or not at all; a node, its deadline, its expiry entry and
+//! its pending-index mark change together; `flush` returns once everything written before
+//! it is durable.
+
+pub mod memory;
+pub mod sled;
+#[cfg(test)]
+mod tests;
+
+use crate::error::{Error, Result};
+use crate::node::{Node, NodeId};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::Notify;
+
+/// The format version byte in front of every encoded value.
+const FORMAT: u8 = 1;
+
+/// What a scope holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeKind {
+    /// A document collection.
+    Doc,
+    /// A debate: turns with rounds and speakers.
+    Debate,
+}
+
+impl std::str::FromStr for ScopeKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "doc" | "docs" | "document" => Ok(ScopeKind::Doc),
+            "debate" => Ok(ScopeKind::Debate),
+            _ => Err(Error::invalid(format!(
+                "unknown kind `{s}`: expected doc or debate"
+            ))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScopeRecord {
+    pub name: String,
+    pub kind: ScopeKind,
+    /// Sources in scope order (documents: ingestion order; debates: by round, then arrival).
+    pub sources: Vec<SourceEntry>,
+    pub next_seq: u64,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// A source's place in its scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceEntry {
+    pub id: String,
+    pub round: Option<u32>,
+    pub seq: u64,
+}
+
+/// One FULL chunk of a source, as recorded at ingest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    pub id: NodeId,
+    pub start: u64,
+    pub end: u64,
+    pub tokens: u32,
+    pub section: u32,
+    pub headings: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    pub id: String,
+    pub scope: String,
+    /// Arrival order within the scope.
+    pub seq: u64,
+    pub round: Option<u32>,
+    pub speaker: Option<String>,
+    /// blake3 of the text: re-ingesting an unchanged source is a no-op.
+    pub hash: [u8; 32],
+    pub bytes: u64,
+    /// The chunk budget the source was cut with; another budget re-chunks it.
+    pub chunk_tokens: u32,
+    pub chunks: Vec<ChunkRef>,
+}
+
+/// One ingest step for [`Store::write_sources`], applied whole or not at all.
+#[derive(Debug)]
+pub struct SourceStep {
+    /// The scope's record after the step.
+    pub scope: ScopeRecord,
+    /// Sources added or replaced: record, text, FULL nodes.
+    pub put: Vec<SourcePut>,
+    /// Sources removed from the scope (record and text).
+    pub remove_sources: Vec<String>,
+    /// Nodes removed (FULL chunks of replaced or removed sources).
+    pub remove_nodes: Vec<NodeId>,
+}
+
+/// A source added or replaced by a [`SourceStep`].
+#[derive(Debug)]
+pub struct SourcePut {
+    pub record: SourceRecord,
+    pub text: String,
+    pub nodes: Vec<Node>,
+}
+
+/// A node whose change (write or removal) the index has not committed yet. The
+/// generation tells a mark read before a later change of the same node from the new mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingMark {
+    pub id: NodeId,
+    pub generation: u64,
+}
+
+/// The short hash of an embedder's identity that prefixes its vectors' keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EmbedKey(pub [u8; 8]);
+
+impl EmbedKey {
+    pub fn of(identity: &str) -> EmbedKey {
+        let h = blake3::hash(identity.as_bytes());
+        let mut k = [0u8; 8];
+        k.copy_from_slice(&h.as_bytes()[..8]);
+        EmbedKey(k)
+    }
+}
+
+/// What the engine needs from storage. Implementations keep the write protocol described
+/// in the module docs; the conformance suite checks it.
+pub trait Backend: Send + Sync {
+    // ---- nodes, with their deadlines and pending-index marks
+    /// Writes nodes (each with deadline, expiry entry and pending-index mark) atomically.
+    fn put_nodes(&self, nodes: &[Node]) -> Result<()>;
+    fn get_node(&self, id: &NodeId) -> Result<Option<Node>>;
+    /// The node's deadline (`u64::MAX`: never expires), without reading the node.
+    fn deadline(&self, id: &NodeId) -> Result<Option<u64>>;
+    /// Removes a node with its deadline and expiry entry and marks it pending, atomically.
+    fn remove_node(&self, id: &NodeId) -> Result<bool>;
+    /// Removes every node whose deadline is at or before `now` (each removal marked
+    /// pending); returns their ids.
+    fn sweep(&self, now: u64) -> Result<Vec<NodeId>>;
+    /// The earliest deadline of any node.
+    fn next_deadline(&self) -> Result<Option<u64>>;
+    fn node_ids(&self) -> Result<Vec<NodeId>>;
+    fn n_nodes(&self) -> usize;
+
+    // ---- scopes and sources
+    fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>>;
+    fn scopes(&self) -> Result<Vec<ScopeRecord>>;
+    fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>>;
+    fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>>;
+    /// Applies an ingest step whole or not at all.
+    fn write_sources(&self, step: &SourceStep) -> Result<()>;
+
+    // ---- the pending-index set
+    fn pending_index(&self) -> Result<Vec<PendingMark>>;
+    fn n_pending_index(&self) -> usize;
+    /// Clears marks whose generation is unchanged.
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()>;
+
+    // ---- node vectors per embedder
+    fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()>;
+    fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>>;
+    fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool>;
+    fn n_embeddings(&self) -> usize;
+    /// Removes the vectors (of every embedder) whose node is gone; returns how many.
+    fn remove_orphan_embeddings(&self) -> Result<usize>;
+
+    // ---- opaque records: each scope's last complete view, the job queue
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()>;
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>>;
+    /// A job id never handed out before, even across crashes.
+    fn next_job_id(&self) -> Result<u64>;
+    fn put_job(&self, id: u64, bytes: Vec<u8>) -> Result<()>;
+    fn get_job(&self, id: u64) -> Result<Option<Vec<u8>>>;
+    fn remove_job(&self, id: u64) -> Result<()>;
+    /// Every job, oldest (lowest id) first.
+    fn jobs(&self) -> Result<Vec<Vec<u8>>>;
+
+    /// Makes everything written so far durable.
+    fn flush(&self) -> Result<()>;
+    fn size_on_disk(&self) -> u64;
+}
+
+/// The store handle. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
+    pub(crate) expiry_changed: Arc<Notify>,
+    earliest: Arc<AtomicU64>,
+}
+
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    let mut out = vec![FORMAT];
+    let body = bincode::serde::encode_to_vec(v, bincode::config::standard())
+        .map_err(|e| Error::DataCorruption(format!("cannot encode value: {e}")))?;
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T> {
+    match bytes.split_first() {
+        Some((&FORMAT, body)) => {
+            let (v, _) = bincode::serde::decode_from_slice(body, bincode::config::standard())
+                .map_err(|e| Error::DataCorruption(format!("{what}: {e}")))?;
+            Ok(v)
+        }
+        Some((v, _)) => Err(Error::DataCorruption(format!(
+            "{what}: format version {v}, this strata reads version {FORMAT}"
+        ))),
+        None => Err(Error::DataCorruption(format!("{what}: empty value"))),
+    }
+}
+
+impl Store {
+    /// A store over `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> Store {
+        Store {
+            backend,
+            expiry_changed: Arc::new(Notify::new()),
+            earliest: Arc::new(AtomicU64::new(u64::MAX)),
+        }
+    }
+
+    /// Opens (or creates) the sled store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store> {
+        Ok(Store::new(Arc::new(self::sled::SledBackend::open(dir)?)))
+    }
+
+    /// A sled store that lives in memory only (tests, benchmarks).
+    pub fn temporary() -> Result<Store> {
+        Ok(Store::new(Arc::new(self::sled::SledBackend::temporary()?)))
+    }
+
+    /// A store of plain maps in memory (tests).
+    pub fn in_memory() -> Store {
+        Store::new(Arc::new(memory::MemoryBackend::default()))
+    }
+
+    // ---- nodes ----
+
+    /// Writes a node with its deadline, expiry entry and pending-index mark, atomically.
+    pub fn put_node(&self, node: &Node) -> Result<()> {
+        self.put_nodes(std::slice::from_ref(node))
+    }
+
+    /// Writes nodes (each with its deadline, expiry entry and pending-index mark) in one
+    /// atomic step.
+    pub fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        self.backend.put_nodes(nodes)?;
+        if let Some(at) = nodes.iter().filter_map(|n| n.expires_at).min()
+            && at < self.earliest.fetch_min(at, Ordering::AcqRel)
+        {
+            self.expiry_changed.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The node, whether or not it has expired.
+    pub fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
+        self.backend.get_node(id)
+    }
+
+    /// The node if it exists and has not expired at `now`. Expired nodes are never served.
+    pub fn get_live(&self, id: &NodeId, now: u64) -> Result<Option<Node>> {
+        Ok(self.get_node(id)?.filter(|n| n.is_live(now)))
+    }
+
+    /// Whether a live node exists, without reading the node itself.
+    pub fn contains_live(&self, id: &NodeId, now: u64) -> Result<bool> {
+        Ok(self.backend.deadline(id)?.is_some_and(|at| at > now))
+    }
+
+    /// Removes a node (with its deadline and expiry entry) and marks it for removal from
+    /// the index, atomically. Returns whether it existed.
+    pub fn remove_node(&self, id: &NodeId) -> Result<bool> {
+        self.backend.remove_node(id)
+    }
+
+    /// Removes every node whose deadline is at or before `now`; returns their ids. Each
+    /// removal marks the node for removal from the index in the same atomic step.
+    pub fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
+        let removed = self.backend.sweep(now)?;
+        self.earliest
+            .store(self.next_deadline()?.unwrap_or(u64::MAX), Ordering::Release);
+        Ok(removed)
+    }
+
+    /// The earliest deadline of any node.
+    pub fn next_deadline(&self) -> Result<Option<u64>> {
+        self.backend.next_deadline()
+    }
+
+    pub fn node_ids(&self) -> Result<Vec<NodeId>> {
+        self.backend.node_ids()
+    }
+
+    pub fn n_nodes(&self) -> usize {
+        self.backend.n_nodes()
+    }
+
+    // ---- scopes and sources ----
+
+    pub fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
+        self.backend.get_scope(name)
+    }
+
+    pub fn scopes(&self) -> Result<Vec<ScopeRecord>> {
+        self.backend.scopes()
+    }
+
+    pub fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
+        self.backend.get_source(scope, source)
+    }
+
+    pub fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
+        self.backend.get_text(scope, source)
+    }
+
+    /// Applies one ingest step atomically: the scope's new record, the sources it adds or
+    /// replaces (record, text and FULL nodes), the sources and nodes it removes, and the
+    /// pending-index marks of every node it writes or removes. A crash leaves the store
+    /// before or after the whole step, never in between: the scope never lists a source
+    /// the store lacks, a replaced source's old chunks go only with its new ones, and the
+    /// scope's turn counter moves with the turn it numbered.
+    pub fn write_sources(&self, step: &SourceStep) -> Result<()> {
+        self.backend.write_sources(step)
+    }
+
+    // ---- the pending-index set: node changes the index has not committed ----
+
+    /// Nodes whose change (write or removal) the index has not committed yet.
+    pub fn pending_index(&self) -> Result<Vec<PendingMark>> {
+        self.backend.pending_index()
+    }
+
+    /// How many node changes the index has not committed yet.
+    pub fn n_pending_index(&self) -> usize {
+        self.backend.n_pending_index()
+    }
+
+    pub fn has_pending_index(&self) -> bool {
+        self.n_pending_index() > 0
+    }
+
+    /// Clears the marks of changes the index has committed. A mark whose generation moved
+    /// since it was read (the node changed again meanwhile) stays for the next pass.
+    pub fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
+        self.backend.clear_pending_index(done)
+    }
+
+    // ---- embeddings: node vectors per embedder ----
+
+    pub fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
+        self.backend.put_embeddings(model, vectors)
+    }
+
+    pub fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
+        self.backend.get_embedding(model, id)
+    }
+
+    pub fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
+        self.backend.has_embedding(model, id)
+    }
+
+    /// Vectors stored, for every embedder.
+    pub fn n_embeddings(&self) -> usize {
+        self.backend.n_embeddings()
+    }
+
+    /// Removes the vectors (of every embedder) whose node is no longer in the store.
+    pub fn remove_orphan_embeddings(&self) -> Result<usize> {
+        self.backend.remove_orphan_embeddings()
+    }
+
+    // ---- views: the last complete tree of each scope ----
+
+    pub fn put_view<T: Serialize>(&self, scope: &str, view: &T) -> Result<()> {
+        self.backend.put_view(scope, encode(view)?)
+    }
+
+    pub fn get_view<T: DeserializeOwned>(&self, scope: &str) -> Result<Option<T>> {
+        match self.backend.get_view(scope)? {
+            Some(v) => Ok(Some(decode(&format!("view of {scope}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    // ---- jobs: the background queue, surviving restarts ----
+
+    pub fn next_job_id(&self) -> Result<u64> {
+        self.backend.next_job_id()
+    }
+
+    pub fn put_job<T: Serialize>(&self, id: u64, job: &T) -> Result<()> {
+        self.backend.put_job(id, encode(job)?)
+    }
+
+    pub fn get_job<T: DeserializeOwned>(&self, id: u64) -> Result<Option<T>> {
+        match self.backend.get_job(id)? {
+            Some(v) => Ok(Some(decode(&format!("job {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn remove_job(&self, id: u64) -> Result<()> {
+        self.backend.remove_job(id)
+    }
+
+    /// Every job, oldest first.
+    pub fn jobs<T: DeserializeOwned>(&self) -> Result<Vec<T>> {
+        self.backend
+            .jobs()?
+            .iter()
+            .map(|v| decode("job", v))
+            .collect()
+    }
+
+    /// Durably writes everything to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.backend.flush()
+    }
+
+    pub fn size_on_disk(&self) -> u64 {
+        self.backend.size_on_disk()
+    }
+}

@@ -1,0 +1,655 @@
+//! The sled backend: the embedded default (`--db DIR`). Only this module knows sled.
+//!
+//! Trees:
+//! - `sources`: [`source_key`] (length-prefixed scope ++ source) → [`SourceRecord`]
+//! - `texts`:   [`source_key`] → the source text as ingested (ground truth for citations)
+//! - `scopes`:  `scope` → [`ScopeRecord`]
+//! - `nodes`:   node id → [`Node`]
+//! - `deadlines`: node id → big-endian deadline (`u64::MAX` = never): liveness without
+//!   decoding nodes
+//! - `expiry`:  big-endian `expires_at` ++ node id → `()`; a sweep is a range scan.
+//! - `unindexed`: node id → 8-byte generation: nodes written or removed whose change the
+//!   index has not committed yet. Set in the same transaction as the change, cleared
+//!   (compare-and-swap on the generation) only after tantivy's commit.
+//! - `embeddings`: 8-byte hash of the embedder's identity ++ node id → unit vector
+//!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every scope and
+//!   every rebuild that reaches the node.
+//! - `views`, `jobs`: opaque records (scope → view, big-endian job id → job).
+//!
+//! Values are bincode (serde, standard config) behind a one-byte format version. The key
+//! `format` of the default tree holds the layout version of the whole store ([`LAYOUT`]);
+//! an older layout is migrated at open, in one transaction.
+//!
+//! Every write that must survive a crash together is one sled transaction: sled seals a
+//! transaction as one batch in its log, so recovery applies all of it or none of it.
+
+use super::{
+    Backend, EmbedKey, PendingMark, ScopeRecord, SourceRecord, SourceStep, decode, encode,
+};
+use crate::error::{Error, Result};
+use crate::node::{Node, NodeId};
+use sled::Transactional;
+use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
+use std::path::Path;
+
+/// The layout of the store (key schemes, trees). 1: `scope \0 source` keys (ambiguous);
+/// 2: length-prefixed keys, the pending-index set written with every node change.
+pub const LAYOUT: u8 = 2;
+
+impl From<sled::Error> for Error {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            sled::Error::Corruption { at, .. } => Error::DataCorruption(match at {
+                Some(at) => format!("the store's log is damaged at {at:?} (run `strata repair`)"),
+                None => "the store's log is damaged (run `strata repair`)".into(),
+            }),
+            sled::Error::Io(io) => Error::Store(io.to_string()),
+            e => Error::Store(e.to_string()),
+        }
+    }
+}
+
+pub struct SledBackend {
+    db: sled::Db,
+    nodes: sled::Tree,
+    expiry: sled::Tree,
+    deadlines: sled::Tree,
+    sources: sled::Tree,
+    texts: sled::Tree,
+    scopes: sled::Tree,
+    views: sled::Tree,
+    jobs: sled::Tree,
+    unindexed: sled::Tree,
+    embeddings: sled::Tree,
+}
+
+/// The key of a source: the scope's length (4 bytes, big-endian), the scope, the source id.
+/// The length prefix makes the key unambiguous whatever bytes the two names hold (with a
+/// separator, `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key), and a scope's sources
+/// are still one prefix range.
+pub(crate) fn source_key(scope: &str, source: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + scope.len() + source.len());
+    k.extend_from_slice(&(scope.len() as u32).to_be_bytes());
+    k.extend_from_slice(scope.as_bytes());
+    k.extend_from_slice(source.as_bytes());
+    k
+}
+
+fn embed_key(model: EmbedKey, id: &NodeId) -> [u8; 40] {
+    let mut k = [0u8; 40];
+    k[..8].copy_from_slice(&model.0);
+    k[8..].copy_from_slice(&id.0);
+    k
+}
+
+/// A sled transaction's error as ours (no transaction of ours aborts on purpose).
+fn txn_err(what: &str) -> impl FnOnce(TransactionError<()>) -> Error + '_ {
+    move |e| match e {
+        TransactionError::Storage(e) => Error::from(e),
+        TransactionError::Abort(()) => Error::DataCorruption(format!("{what} aborted")),
+    }
+}
+
+/// The bytes of a deadline in the `deadlines` tree (`u64::MAX`: never).
+fn deadline_of(v: &[u8], id: &NodeId) -> Result<u64> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| Error::DataCorruption(format!("deadline of {id} is not 8 bytes")))?;
+    Ok(u64::from_be_bytes(b))
+}
+
+fn expiry_key(at: u64, id: &NodeId) -> [u8; 40] {
+    let mut k = [0u8; 40];
+    k[..8].copy_from_slice(&at.to_be_bytes());
+    k[8..].copy_from_slice(&id.0);
+    k
+}
+
+fn node_id(k: &[u8], what: &str) -> Result<NodeId> {
+    let arr: [u8; 32] = k
+        .try_into()
+        .map_err(|_| Error::DataCorruption(format!("{what} key is not 32 bytes")))?;
+    Ok(NodeId(arr))
+}
+
+impl SledBackend {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<SledBackend> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            err: source,
+        })?;
+        let db = sled::Config::new()
+            .path(dir.join("store"))
+            .cache_capacity(256 * 1024 * 1024)
+            .open()
+            .map_err(|e| match e {
+                // sled reports a store locked by another process as a generic I/O error
+                // whose message carries fs2's raw error; say it once, plainly.
+                sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
+                    Error::InUse(dir.to_path_buf())
+                }
+                e => Error::from(e),
+            })?;
+        Self::from_db(db)
+    }
+
+    /// A store that lives in memory only (tests, benchmarks).
+    pub fn temporary() -> Result<SledBackend> {
+        Self::from_db(sled::Config::new().temporary(true).open()?)
+    }
+
+    fn from_db(db: sled::Db) -> Result<SledBackend> {
+        let layout = match db.get("format")? {
+            None => {
+                db.insert("format", &[LAYOUT])?;
+                LAYOUT
+            }
+            Some(v) if v.len() == 1 && v[0] <= LAYOUT => v[0],
+            Some(v) => {
+                return Err(Error::DataCorruption(format!(
+                    "store layout {:?} is newer than this strata reads ({LAYOUT}): upgrade strata",
+                    v.as_ref()
+                )));
+            }
+        };
+        let s = SledBackend {
+            nodes: db.open_tree("nodes")?,
+            expiry: db.open_tree("expiry")?,
+            deadlines: db.open_tree("deadlines")?,
+            sources: db.open_tree("sources")?,
+            texts: db.open_tree("texts")?,
+            scopes: db.open_tree("scopes")?,
+            views: db.open_tree("views")?,
+            jobs: db.open_tree("jobs")?,
+            unindexed: db.open_tree("unindexed")?,
+            embeddings: db.open_tree("embeddings")?,
+            db,
+        };
+        if layout < LAYOUT {
+            s.migrate_from_1()?;
+        }
+        Ok(s)
+    }
+
+    /// Layout 1 → 2: source keys `scope \0 source` become length-prefixed. Scope names
+    /// never held NUL, so the first NUL splits an old key exactly. One transaction: a crash
+    /// leaves layout 1 whole, and the next open migrates again.
+    fn migrate_from_1(&self) -> Result<()> {
+        let mut moves: Vec<(sled::IVec, Vec<u8>)> = Vec::new();
+        for k in self.sources.iter().keys() {
+            let k = k?;
+            let Some(at) = k.iter().position(|&b| b == 0) else {
+                return Err(Error::DataCorruption(
+                    "a layout-1 source key has no separator".into(),
+                ));
+            };
+            let scope = std::str::from_utf8(&k[..at])
+                .map_err(|_| Error::DataCorruption("a source key is not UTF-8".into()))?;
+            let source = std::str::from_utf8(&k[at + 1..])
+                .map_err(|_| Error::DataCorruption("a source key is not UTF-8".into()))?;
+            moves.push((k.clone(), source_key(scope, source)));
+        }
+        tracing::info!(
+            sources = moves.len(),
+            "migrating the store to layout {LAYOUT}"
+        );
+        let meta: &sled::Tree = &self.db;
+        (meta, &self.sources, &self.texts)
+            .transaction(|(m, so, te)| {
+                for (old, new) in &moves {
+                    if let Some(v) = so.remove(old)? {
+                        so.insert(new.as_slice(), v)?;
+                    }
+                    if let Some(v) = te.remove(old)? {
+                        te.insert(new.as_slice(), v)?;
+                    }
+                }
+                m.insert("format", &[LAYOUT][..])?;
+                Ok(())
+            })
+            .map_err(txn_err("migration"))?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Runs `f` over the node trees in one transaction.
+    fn node_tx<T>(&self, what: &str, f: impl Fn(&NodeTx<'_>) -> TxResult<T>) -> Result<T> {
+        (&self.nodes, &self.expiry, &self.deadlines, &self.unindexed)
+            .transaction(|(n, e, d, u)| {
+                f(&NodeTx {
+                    nodes: n,
+                    expiry: e,
+                    deadlines: d,
+                    unindexed: u,
+                })
+            })
+            .map_err(txn_err(what))
+    }
+}
+
+impl Backend for SledBackend {
+    fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+        let values = nodes.iter().map(encode).collect::<Result<Vec<_>>>()?;
+        self.node_tx("node write", |tx| {
+            for (node, v) in nodes.iter().zip(&values) {
+                tx.put(node, v)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
+        match self.nodes.get(id.0)? {
+            Some(v) => Ok(Some(decode(&format!("node {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn deadline(&self, id: &NodeId) -> Result<Option<u64>> {
+        match self.deadlines.get(id.0)? {
+            Some(v) => Ok(Some(deadline_of(&v, id)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn remove_node(&self, id: &NodeId) -> Result<bool> {
+        self.node_tx("node removal", |tx| tx.remove(id))
+    }
+
+    fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
+        let mut removed = Vec::new();
+        let end = expiry_key(now, &NodeId([0xff; 32]));
+        for item in self.expiry.range(..=&end[..]) {
+            let (k, _) = item?;
+            let id = node_id(&k[8..40], "expiry")?;
+            let gone = self.node_tx("sweep", |tx| {
+                tx.expiry.remove(&k)?;
+                // The node may have been rewritten with a later deadline since this entry
+                // was made; only an expired node goes.
+                if tx.old_deadline(&id)?.is_some_and(|at| at <= now) {
+                    tx.remove(&id)
+                } else {
+                    Ok(false)
+                }
+            })?;
+            if gone {
+                removed.push(id);
+            }
+        }
+        Ok(removed)
+    }
+
+    fn next_deadline(&self) -> Result<Option<u64>> {
+        Ok(self.expiry.first()?.map(|(k, _)| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&k[..8]);
+            u64::from_be_bytes(b)
+        }))
+    }
+
+    fn node_ids(&self) -> Result<Vec<NodeId>> {
+        self.nodes
+            .iter()
+            .keys()
+            .map(|k| node_id(&k?, "node"))
+            .collect()
+    }
+
+    fn n_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
+        match self.scopes.get(name.as_bytes())? {
+            Some(v) => Ok(Some(decode(&format!("scope {name}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn scopes(&self) -> Result<Vec<ScopeRecord>> {
+        self.scopes
+            .iter()
+            .values()
+            .map(|v| decode("scope", &v?))
+            .collect()
+    }
+
+    fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
+        match self.sources.get(source_key(scope, source))? {
+            Some(v) => Ok(Some(decode(&format!("source {source}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
+        match self.texts.get(source_key(scope, source))? {
+            Some(v) => Ok(Some(decode(&format!("text of {source}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn write_sources(&self, step: &SourceStep) -> Result<()> {
+        let scope = encode(&step.scope)?;
+        let mut puts = Vec::with_capacity(step.put.len());
+        for p in &step.put {
+            let nodes = p
+                .nodes
+                .iter()
+                .map(|n| Ok((n, encode(n)?)))
+                .collect::<Result<Vec<_>>>()?;
+            puts.push((
+                source_key(&step.scope.name, &p.record.id),
+                encode(&p.record)?,
+                encode(&p.text)?,
+                nodes,
+            ));
+        }
+        let removed: Vec<Vec<u8>> = step
+            .remove_sources
+            .iter()
+            .map(|id| source_key(&step.scope.name, id))
+            .collect();
+        (
+            &self.scopes,
+            &self.sources,
+            &self.texts,
+            &self.nodes,
+            &self.expiry,
+            &self.deadlines,
+            &self.unindexed,
+        )
+            .transaction(|(sc, so, te, n, e, d, u)| {
+                let tx = NodeTx {
+                    nodes: n,
+                    expiry: e,
+                    deadlines: d,
+                    unindexed: u,
+                };
+                for (key, record, text, nodes) in &puts {
+                    for (node, v) in nodes {
+                        tx.put(node, v)?;
+                    }
+                    so.insert(key.as_slice(), record.as_slice())?;
+                    te.insert(key.as_slice(), text.as_slice())?;
+                }
+                for id in &step.remove_nodes {
+                    tx.remove(id)?;
+                }
+                for key in &removed {
+                    so.remove(key.as_slice())?;
+                    te.remove(key.as_slice())?;
+                }
+                sc.insert(step.scope.name.as_bytes(), scope.as_slice())?;
+                Ok(())
+            })
+            .map_err(txn_err("source write"))
+    }
+
+    fn pending_index(&self) -> Result<Vec<PendingMark>> {
+        self.unindexed
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv?;
+                // Layout-1 marks had no generation: 0.
+                let generation = <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes);
+                Ok(PendingMark {
+                    id: node_id(&k, "unindexed")?,
+                    generation,
+                })
+            })
+            .collect()
+    }
+
+    fn n_pending_index(&self) -> usize {
+        self.unindexed.len()
+    }
+
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
+        for m in done {
+            let current = self.unindexed.get(m.id.0)?;
+            let same = current.as_ref().is_some_and(|v| {
+                <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes) == m.generation
+            });
+            if same {
+                // Err(CompareAndSwapError) = the mark changed since: keep it.
+                let _ = self
+                    .unindexed
+                    .compare_and_swap(m.id.0, current, None as Option<&[u8]>)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for (id, v) in vectors {
+            batch.insert(&embed_key(model, id)[..], encode(v)?);
+        }
+        self.embeddings.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
+        match self.embeddings.get(embed_key(model, id))? {
+            Some(v) => Ok(Some(decode(&format!("embedding of {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
+        Ok(self.embeddings.contains_key(embed_key(model, id))?)
+    }
+
+    fn n_embeddings(&self) -> usize {
+        self.embeddings.len()
+    }
+
+    fn remove_orphan_embeddings(&self) -> Result<usize> {
+        let mut orphans = Vec::new();
+        for k in self.embeddings.iter().keys() {
+            let k = k?;
+            if k.len() != 40 {
+                return Err(Error::DataCorruption(
+                    "embedding key is not 40 bytes".into(),
+                ));
+            }
+            if !self.nodes.contains_key(&k[8..])? {
+                orphans.push(k);
+            }
+        }
+        let mut batch = sled::Batch::default();
+        for k in &orphans {
+            batch.remove(k.clone());
+        }
+        self.embeddings.apply_batch(batch)?;
+        Ok(orphans.len())
+    }
+
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+        self.views.insert(scope.as_bytes(), bytes)?;
+        Ok(())
+    }
+
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.views.get(scope.as_bytes())?.map(|v| v.to_vec()))
+    }
+
+    fn next_job_id(&self) -> Result<u64> {
+        // sled persists its id generator ahead of use, so an id survives crashes unique.
+        Ok(self.db.generate_id()? + 1)
+    }
+
+    fn put_job(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
+        self.jobs.insert(id.to_be_bytes(), bytes)?;
+        Ok(())
+    }
+
+    fn get_job(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.jobs.get(id.to_be_bytes())?.map(|v| v.to_vec()))
+    }
+
+    fn remove_job(&self, id: u64) -> Result<()> {
+        self.jobs.remove(id.to_be_bytes())?;
+        Ok(())
+    }
+
+    fn jobs(&self) -> Result<Vec<Vec<u8>>> {
+        self.jobs.iter().values().map(|v| Ok(v?.to_vec())).collect()
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+/// The node trees inside one transaction: a node, its deadline, its expiry entry and its
+/// pending-index mark always change together.
+struct NodeTx<'a> {
+    nodes: &'a TransactionalTree,
+    expiry: &'a TransactionalTree,
+    deadlines: &'a TransactionalTree,
+    unindexed: &'a TransactionalTree,
+}
+
+type TxResult<T> = std::result::Result<T, ConflictableTransactionError<()>>;
+
+impl NodeTx<'_> {
+    fn old_deadline(&self, id: &NodeId) -> TxResult<Option<u64>> {
+        match self.deadlines.get(id.0)? {
+            Some(v) => Ok(Some(
+                deadline_of(&v, id).map_err(|_| ConflictableTransactionError::Abort(()))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn mark_pending(&self, id: &NodeId) -> TxResult<()> {
+        let g = self.unindexed.generate_id()?;
+        self.unindexed.insert(&id.0[..], &g.to_be_bytes()[..])?;
+        Ok(())
+    }
+
+    fn put(&self, node: &Node, value: &[u8]) -> TxResult<()> {
+        if let Some(old_at) = self.old_deadline(&node.id)?
+            && old_at != u64::MAX
+        {
+            self.expiry.remove(&expiry_key(old_at, &node.id)[..])?;
+        }
+        let deadline = node.expires_at.unwrap_or(u64::MAX);
+        self.nodes.insert(&node.id.0[..], value)?;
+        self.deadlines
+            .insert(&node.id.0[..], &deadline.to_be_bytes()[..])?;
+        if let Some(at) = node.expires_at {
+            self.expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
+        }
+        self.mark_pending(&node.id)
+    }
+
+    fn remove(&self, id: &NodeId) -> TxResult<bool> {
+        if let Some(at) = self.old_deadline(id)?
+            && at != u64::MAX
+        {
+            self.expiry.remove(&expiry_key(at, id)[..])?;
+        }
+        self.deadlines.remove(&id.0[..])?;
+        let existed = self.nodes.remove(&id.0[..])?.is_some();
+        if existed {
+            self.mark_pending(id)?;
+        }
+        Ok(existed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{record, scope_record};
+
+    // Regression: `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key, so a document
+    // posted to one scope replaced a document of another. (The store-level check runs in
+    // the conformance suite for every backend.)
+    #[test]
+    fn source_keys_are_length_prefixed() {
+        assert_ne!(source_key("kb\0x", "a.md"), source_key("kb", "x\0a.md"));
+        assert_ne!(source_key("ab", "c"), source_key("a", "bc"));
+        assert!(source_key("kb", "a").starts_with(&[0, 0, 0, 2, b'k', b'b']));
+    }
+
+    #[test]
+    fn a_layout_1_store_is_migrated_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::Config::new()
+                .path(dir.path().join("store"))
+                .open()
+                .unwrap();
+            db.insert("format", &[1u8]).unwrap();
+            let old_key = b"kb\0docs/a.md".to_vec();
+            db.open_tree("sources")
+                .unwrap()
+                .insert(&old_key, encode(&record("kb", "docs/a.md")).unwrap())
+                .unwrap();
+            db.open_tree("texts")
+                .unwrap()
+                .insert(&old_key, encode(&"text of a").unwrap())
+                .unwrap();
+            db.open_tree("scopes")
+                .unwrap()
+                .insert("kb", encode(&scope_record("kb", &["docs/a.md"])).unwrap())
+                .unwrap();
+            db.open_tree("unindexed")
+                .unwrap()
+                .insert([7u8; 32], &[][..])
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let s = SledBackend::open(dir.path()).unwrap();
+        assert_eq!(
+            s.get_text("kb", "docs/a.md").unwrap().as_deref(),
+            Some("text of a")
+        );
+        assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+        // A layout-1 pending mark (no generation) reads as generation 0 and clears.
+        let marks = s.pending_index().unwrap();
+        assert_eq!(marks[0].generation, 0);
+        s.clear_pending_index(&marks).unwrap();
+        assert_eq!(s.n_pending_index(), 0);
+        drop(s);
+        // Opening again finds layout 2 and changes nothing.
+        let s = SledBackend::open(dir.path()).unwrap();
+        assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_newer_layout_is_refused_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::Config::new()
+                .path(dir.path().join("store"))
+                .open()
+                .unwrap();
+            db.insert("format", &[LAYOUT + 1]).unwrap();
+            db.flush().unwrap();
+        }
+        let e = SledBackend::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("newer") && !e.contains('\n'), "{e}");
+    }
+
+    // Regression: a second process got sled's raw 400-character lock message, twice.
+    #[test]
+    fn a_store_in_use_says_so_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = SledBackend::open(dir.path()).unwrap();
+        // sled's lock is a file lock per open file: a second open in this process
+        // contends like another process would.
+        let e = SledBackend::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("in use by another strata process"), "{e}");
+        assert!(!e.contains('\n') && e.len() < 300, "{e}");
+    }
+}

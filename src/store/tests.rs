@@ -1,0 +1,232 @@
+//! The conformance suite: every backend behaves like every other (tantivy's
+//! `directory/tests.rs` habit). Each test is a function over a fresh [`Store`]; the macro at
+//! the end runs all of them against each backend.
+
+use super::*;
+use crate::level::Level;
+use crate::node::{Meta, Span};
+
+pub(crate) fn node(k: u8, expires_at: Option<u64>) -> Node {
+    Node {
+        id: NodeId([k; 32]),
+        scope: "s".into(),
+        level: Level::Full,
+        text: format!("node {k}"),
+        children: Vec::new(),
+        citations: vec![Span {
+            source: "a".into(),
+            start: 0,
+            end: 1,
+        }],
+        tokens: 2,
+        meta: Meta::default(),
+        created_at: 0,
+        expires_at,
+    }
+}
+
+pub(crate) fn scope_record(name: &str, sources: &[&str]) -> ScopeRecord {
+    ScopeRecord {
+        name: name.into(),
+        kind: ScopeKind::Doc,
+        sources: sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SourceEntry {
+                id: s.to_string(),
+                round: None,
+                seq: i as u64,
+            })
+            .collect(),
+        next_seq: sources.len() as u64,
+        created_at: 0,
+        updated_at: 0,
+    }
+}
+
+pub(crate) fn record(scope: &str, id: &str) -> SourceRecord {
+    SourceRecord {
+        id: id.into(),
+        scope: scope.into(),
+        seq: 0,
+        round: None,
+        speaker: None,
+        hash: [0; 32],
+        bytes: 1,
+        chunk_tokens: 400,
+        chunks: Vec::new(),
+    }
+}
+
+fn put_source(s: &Store, scope: &str, src: &str, text: &str, nodes: Vec<Node>) {
+    s.write_sources(&SourceStep {
+        scope: scope_record(scope, &[src]),
+        put: vec![SourcePut {
+            record: record(scope, src),
+            text: text.into(),
+            nodes,
+        }],
+        remove_sources: Vec::new(),
+        remove_nodes: Vec::new(),
+    })
+    .unwrap();
+}
+
+fn nodes_live_expire_and_sweep(s: &Store) {
+    s.put_node(&node(1, None)).unwrap();
+    s.put_node(&node(2, Some(100))).unwrap();
+    s.put_node(&node(3, Some(50))).unwrap();
+    assert_eq!(s.n_nodes(), 3);
+    assert_eq!(
+        s.get_node(&NodeId([2; 32])).unwrap(),
+        Some(node(2, Some(100)))
+    );
+    assert!(s.contains_live(&NodeId([2; 32]), 99).unwrap());
+    assert!(!s.contains_live(&NodeId([2; 32]), 100).unwrap());
+    assert!(s.get_live(&NodeId([2; 32]), 100).unwrap().is_none());
+    assert!(s.contains_live(&NodeId([1; 32]), u64::MAX - 1).unwrap());
+    assert_eq!(s.next_deadline().unwrap(), Some(50));
+    // Rewriting a node with a later deadline moves its expiry entry.
+    s.put_node(&node(3, Some(200))).unwrap();
+    assert_eq!(s.next_deadline().unwrap(), Some(100));
+    assert_eq!(s.sweep(150).unwrap(), vec![NodeId([2; 32])]);
+    assert_eq!(s.next_deadline().unwrap(), Some(200));
+    assert!(s.remove_node(&NodeId([3; 32])).unwrap());
+    assert!(!s.remove_node(&NodeId([3; 32])).unwrap());
+    assert_eq!(s.next_deadline().unwrap(), None);
+    assert_eq!(s.node_ids().unwrap(), vec![NodeId([1; 32])]);
+}
+
+fn every_node_change_is_pending_until_cleared(s: &Store) {
+    s.put_nodes(&[node(1, None), node(2, Some(10))]).unwrap();
+    let first = s.pending_index().unwrap();
+    assert_eq!(first.len(), 2);
+    s.clear_pending_index(&first).unwrap();
+    assert!(!s.has_pending_index());
+    // A removal and a sweep are changes the index must see too.
+    assert!(s.remove_node(&NodeId([1; 32])).unwrap());
+    assert_eq!(s.sweep(10).unwrap(), vec![NodeId([2; 32])]);
+    assert_eq!(s.n_pending_index(), 2);
+    // A node changed again after its mark was read keeps a mark.
+    let read = s.pending_index().unwrap();
+    s.put_node(&node(1, None)).unwrap();
+    s.clear_pending_index(&read).unwrap();
+    let left: Vec<NodeId> = s
+        .pending_index()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(left, vec![NodeId([1; 32])]);
+}
+
+fn a_source_step_writes_and_removes_together(s: &Store) {
+    put_source(s, "kb", "a.md", "alpha", vec![node(1, None), node(2, None)]);
+    assert_eq!(s.get_text("kb", "a.md").unwrap().as_deref(), Some("alpha"));
+    assert_eq!(s.get_scope("kb").unwrap().unwrap().sources.len(), 1);
+    assert_eq!(s.n_pending_index(), 2);
+    // Replace a.md's chunk 2 with chunk 3, add b.md, all in one step.
+    let mut rec = scope_record("kb", &["a.md", "b.md"]);
+    rec.updated_at = 9;
+    s.write_sources(&SourceStep {
+        scope: rec.clone(),
+        put: vec![
+            SourcePut {
+                record: record("kb", "a.md"),
+                text: "alpha 2".into(),
+                nodes: vec![node(3, None)],
+            },
+            SourcePut {
+                record: record("kb", "b.md"),
+                text: "beta".into(),
+                nodes: vec![node(4, None)],
+            },
+        ],
+        remove_sources: Vec::new(),
+        remove_nodes: vec![NodeId([2; 32])],
+    })
+    .unwrap();
+    assert_eq!(s.get_scope("kb").unwrap(), Some(rec));
+    assert_eq!(
+        s.get_text("kb", "a.md").unwrap().as_deref(),
+        Some("alpha 2")
+    );
+    assert!(s.get_node(&NodeId([2; 32])).unwrap().is_none());
+    assert_eq!(s.n_nodes(), 3);
+    // Remove b.md and its chunk.
+    s.write_sources(&SourceStep {
+        scope: scope_record("kb", &["a.md"]),
+        put: Vec::new(),
+        remove_sources: vec!["b.md".into()],
+        remove_nodes: vec![NodeId([4; 32])],
+    })
+    .unwrap();
+    assert!(s.get_source("kb", "b.md").unwrap().is_none());
+    assert!(s.get_text("kb", "b.md").unwrap().is_none());
+    assert_eq!(s.scopes().unwrap().len(), 1);
+}
+
+// Regression: `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key.
+fn composite_keys_cannot_collide(s: &Store) {
+    put_source(s, "kb\0x", "a.md", "one", Vec::new());
+    put_source(s, "kb", "x\0a.md", "two", Vec::new());
+    put_source(s, "ab", "c", "three", Vec::new());
+    put_source(s, "a", "bc", "four", Vec::new());
+    assert_eq!(s.get_text("kb\0x", "a.md").unwrap().as_deref(), Some("one"));
+    assert_eq!(s.get_text("kb", "x\0a.md").unwrap().as_deref(), Some("two"));
+    assert_eq!(s.get_text("ab", "c").unwrap().as_deref(), Some("three"));
+    assert_eq!(s.get_text("a", "bc").unwrap().as_deref(), Some("four"));
+    let names: Vec<String> = s.scopes().unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(names, ["a", "ab", "kb", "kb\0x"]);
+}
+
+fn vectors_views_and_jobs(s: &Store) {
+    let (m1, m2) = (EmbedKey::of("one"), EmbedKey::of("two"));
+    s.put_node(&node(1, None)).unwrap();
+    s.put_embeddings(m1, &[(NodeId([1; 32]), vec![1.0, 0.0])])
+        .unwrap();
+    s.put_embeddings(m2, &[(NodeId([2; 32]), vec![0.0, 1.0])])
+        .unwrap();
+    assert_eq!(
+        s.get_embedding(m1, &NodeId([1; 32])).unwrap(),
+        Some(vec![1.0, 0.0])
+    );
+    assert!(!s.has_embedding(m2, &NodeId([1; 32])).unwrap());
+    assert_eq!(s.n_embeddings(), 2);
+    assert_eq!(s.remove_orphan_embeddings().unwrap(), 1, "node 2 is gone");
+    assert_eq!(s.n_embeddings(), 1);
+
+    s.put_view("kb", &vec![1u32, 2, 3]).unwrap();
+    assert_eq!(s.get_view::<Vec<u32>>("kb").unwrap(), Some(vec![1, 2, 3]));
+    assert_eq!(s.get_view::<Vec<u32>>("other").unwrap(), None);
+
+    let a = s.next_job_id().unwrap();
+    let b = s.next_job_id().unwrap();
+    assert!(b > a);
+    s.put_job(b, &"second".to_string()).unwrap();
+    s.put_job(a, &"first".to_string()).unwrap();
+    assert_eq!(s.jobs::<String>().unwrap(), ["first", "second"]);
+    assert_eq!(s.get_job::<String>(a).unwrap().as_deref(), Some("first"));
+    s.remove_job(a).unwrap();
+    assert_eq!(s.jobs::<String>().unwrap(), ["second"]);
+    s.flush().unwrap();
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod sled_backend {
+            $(#[test] fn $test() { super::$test(&super::Store::temporary().unwrap()) })*
+        }
+        mod memory_backend {
+            $(#[test] fn $test() { super::$test(&super::Store::in_memory()) })*
+        }
+    };
+}
+
+conformance!(
+    nodes_live_expire_and_sweep,
+    every_node_change_is_pending_until_cleared,
+    a_source_step_writes_and_removes_together,
+    composite_keys_cannot_collide,
+    vectors_views_and_jobs,
+);
