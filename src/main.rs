@@ -258,6 +258,11 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Compress { scope } => {
             let bar = Bar::new();
             let r = rt.block_on(engine.compress(&scope, now, &bar))?;
+            // On stderr in both modes: with --json, stdout stays one JSON document, and a
+            // build against a dead model server must not look like a clean one.
+            if let Some(w) = fallback_warning(&r) {
+                eprintln!("{w}");
+            }
             if let Some(e) = &r.embeddings
                 && e.failed > 0
             {
@@ -650,6 +655,18 @@ async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
+}
+
+/// One summary line when the model failed calls or its outputs were replaced.
+fn fallback_warning(r: &strata::BuildReport) -> Option<String> {
+    if r.fallbacks == 0 && r.model_errors == 0 {
+        return None;
+    }
+    let rejected = r.empty + r.over_budget + r.unfaithful;
+    Some(format!(
+        "warning: {}: {} node(s) made by the offline fallback; {} model call(s) failed (is the model server up?), {} output(s) rejected (empty, over budget or unfaithful)",
+        r.scope, r.fallbacks, r.model_errors, rejected
+    ))
 }
 
 /// One line per model that was called: calls, tokens, estimated cost.

@@ -103,7 +103,21 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(r) => Err(ApiError::new(r.status(), r.body_text())),
+            Err(r) => {
+                // axum says "Failed to deserialize the JSON body into the target type: {why}";
+                // the why (an unknown field, a wrong type, with its line and column) is what
+                // the client needs.
+                let text = r.body_text();
+                let why = text.split_once(": ").map_or(text.as_str(), |(_, w)| w);
+                let msg = match &r {
+                    JsonRejection::JsonDataError(_) => format!("invalid request body: {why}"),
+                    JsonRejection::JsonSyntaxError(_) => {
+                        format!("the request body is not valid JSON: {why}")
+                    }
+                    _ => text.clone(),
+                };
+                Err(ApiError::new(r.status(), msg))
+            }
         }
     }
 }

@@ -3,15 +3,51 @@
 
 use crate::error::{Error, Result};
 use crate::store::ScopeKind;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::{Path, PathBuf};
 
-/// One debate turn as a debate runner sends it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One debate turn as a debate runner sends it: a JSON object with exactly these fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Turn {
     pub round: u32,
     pub speaker: String,
     pub text: String,
+}
+
+/// The fields of a turn; an unknown field is an error, not silently dropped (a runner
+/// that sends `speeker` must hear about it).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TurnFields {
+    round: u32,
+    speaker: String,
+    text: String,
+}
+
+impl<'de> Deserialize<'de> for Turn {
+    /// Only a JSON object: the derived impl would also take an array
+    /// (`[1, "alice", "..."]`), which no runner means to send.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Turn, D::Error> {
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = Turn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a debate turn object {\"round\", \"speaker\", \"text\"}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<Turn, A::Error> {
+                let t = TurnFields::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Turn {
+                    round: t.round,
+                    speaker: t.speaker,
+                    text: t.text,
+                })
+            }
+        }
+        d.deserialize_map(Object)
+    }
 }
 
 /// One source ready to ingest.
@@ -94,11 +130,45 @@ pub fn decode_utf8(name: &str, bytes: Vec<u8>) -> Result<String> {
     })
 }
 
-/// A document source: its text must not be blank.
+/// The first control character of `text` other than tab, line feed, carriage return and
+/// form feed (a page break in many plain-text files): its byte offset and the character.
+/// C1 controls (U+0080..U+009F, usually text decoded as the wrong code page) count too.
+fn control_char(text: &str) -> Option<(usize, char)> {
+    let b = text.as_bytes();
+    // A byte scan: every control character is one byte below 0x20, 0x7F, or 0xC2 followed
+    // by 0x80..=0x9F in UTF-8 (a 50 MB document is checked in milliseconds).
+    let at = b.iter().enumerate().position(|(i, &c)| {
+        (c < 0x20 && !matches!(c, b'\t' | b'\n' | b'\r' | 0x0c))
+            || c == 0x7f
+            || (c == 0xc2 && b.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    })?;
+    Some((at, text[at..].chars().next()?))
+}
+
+/// Text is ground truth for citations, so it is kept byte for byte: a control character
+/// (NUL, escape, a stray C1 code) is refused, not silently stripped.
+fn check_text(what: &str, text: &str) -> Result<()> {
+    if let Some((at, c)) = control_char(text) {
+        let line = text.as_bytes()[..at]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1;
+        return Err(Error::invalid(format!(
+            "{what} contains the control character U+{:04X} at byte offset {at} (line {line}); \
+             citations quote text byte for byte, so remove it first (e.g. with tr -d)",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
+/// A document source: its text must not be blank or hold control characters.
 pub fn document(id: &str, text: String) -> Result<SourceInput> {
     if text.trim().is_empty() {
         return Err(Error::invalid(format!("{id} is empty: nothing to ingest")));
     }
+    check_text(id, &text)?;
     Ok(SourceInput {
         id: id.to_string(),
         text,
@@ -107,20 +177,32 @@ pub fn document(id: &str, text: String) -> Result<SourceInput> {
     })
 }
 
-/// Validates one debate turn.
+/// Validates one debate turn; errors name it by `id`.
 pub fn turn_input(id: String, t: Turn) -> Result<SourceInput> {
-    if t.speaker.trim().is_empty() {
-        return Err(Error::invalid(format!("{id}: the speaker is empty")));
-    }
-    if t.text.trim().is_empty() {
-        return Err(Error::invalid(format!("{id}: the text is empty")));
-    }
+    check_turn(&t).map_err(|e| Error::invalid(format!("{id}: {e}")))?;
     Ok(SourceInput {
         id,
         text: t.text,
         round: Some(t.round),
         speaker: Some(t.speaker.trim().to_string()),
     })
+}
+
+/// What is wrong with a turn, if anything (the caller says which turn).
+fn check_turn(t: &Turn) -> Result<()> {
+    if t.speaker.trim().is_empty() {
+        return Err(Error::invalid("the speaker is empty"));
+    }
+    if let Some(c) = t.speaker.chars().find(|c| c.is_control()) {
+        return Err(Error::invalid(format!(
+            "the speaker contains the control character U+{:04X}",
+            c as u32
+        )));
+    }
+    if t.text.trim().is_empty() {
+        return Err(Error::invalid("the text is empty"));
+    }
+    check_text("the text", &t.text)
 }
 
 /// Parses a debate transcript: one JSON turn per line; blank lines are skipped.
@@ -132,14 +214,16 @@ pub fn debate(name: &str, text: &str) -> Result<Vec<SourceInput>> {
             continue;
         }
         let t: Turn = serde_json::from_str(line).map_err(|e| {
+            // serde_json ends its message with "at line 1 column C": the line is ours.
+            let msg = e.to_string();
+            let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m);
             Error::invalid(format!(
-                "{name} line {n}: not a debate turn {{\"round\", \"speaker\", \"text\"}}: {e}"
+                "{name} line {n}, column {}: not a debate turn {{\"round\", \"speaker\", \"text\"}}: {msg}",
+                e.column().max(1)
             ))
         })?;
-        out.push(
-            turn_input(format!("{name}#{n}"), t)
-                .map_err(|e| Error::invalid(format!("{name} line {n}: {e}")))?,
-        );
+        check_turn(&t).map_err(|e| Error::invalid(format!("{name} line {n}: {e}")))?;
+        out.push(turn_input(format!("{name}#{n}"), t)?);
     }
     if out.is_empty() {
         return Err(Error::invalid(format!(
@@ -169,5 +253,104 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("offset 7") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn control_characters_are_refused_with_their_offset() {
+        let e = document("a.md", "ok\nbad\0here".into())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("a.md contains the control character U+0000 at byte offset 6 (line 2)"),
+            "{e}"
+        );
+        for (text, code, at) in [
+            ("esc \u{1b}[31m", "U+001B", 4),
+            ("del \u{7f}", "U+007F", 4),
+            ("cp1252 quote \u{92}s", "U+0092", 13),
+            ("vertical \u{b} tab", "U+000B", 9),
+        ] {
+            let e = document("x", text.into()).unwrap_err().to_string();
+            assert!(
+                e.contains(code) && e.contains(&format!("byte offset {at} ")),
+                "{text:?}: {e}"
+            );
+        }
+        // Tab, line ends, form feed and other non-ASCII text are text.
+        for ok in ["a\tb\r\nc\n", "page one\u{c}page two", "café ¢ — \u{a0}"] {
+            document("x", ok.into()).unwrap();
+        }
+
+        let turn = |speaker: &str, text: &str| Turn {
+            round: 1,
+            speaker: speaker.into(),
+            text: text.into(),
+        };
+        let e = turn_input("d#turn-3".into(), turn("alice", "hi\0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "d#turn-3: the text contains the control character U+0000 at byte offset 2"
+            ),
+            "{e}"
+        );
+        let e = turn_input("d#turn-3".into(), turn("al\0ice", "hi"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the speaker contains the control character U+0000"),
+            "{e}"
+        );
+        // In a transcript the JSON escape is decoded first; the line is named once.
+        let e = debate(
+            "d.jsonl",
+            "{\"round\":1,\"speaker\":\"a\",\"text\":\"x\\u0000y\"}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with(
+                "d.jsonl line 1: the text contains the control character U+0000 at byte offset 1"
+            ),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1);
+    }
+
+    #[test]
+    fn a_turn_is_an_object_with_known_fields_only() {
+        let ok: Turn = serde_json::from_str(r#"{"round":1,"speaker":"a","text":"t"}"#).unwrap();
+        assert_eq!(ok.text, "t");
+        let e = serde_json::from_str::<Turn>(r#"[1, "a", "t"]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("invalid type: sequence, expected a debate turn object"),
+            "{e}"
+        );
+        let e = serde_json::from_str::<Turn>(r#""round 1""#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected a debate turn object"), "{e}");
+        let e = serde_json::from_str::<Turn>(r#"{"round":1,"speaker":"a","text":"t","mood":"x"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `mood`"), "{e}");
+
+        let t = "{\"round\":1,\"speaker\":\"a\",\"text\":\"hi\"}\n[2, \"b\", \"x\"]\n";
+        let e = debate("d.jsonl", t).unwrap_err().to_string();
+        assert!(
+            e.starts_with("d.jsonl line 2, column 1: not a debate turn")
+                && e.contains("invalid type: sequence"),
+            "{e}"
+        );
+        let t = "{\"round\":1,\"speaker\":\"a\",\"text\":\"hi\",\"speeker\":\"b\"}\n";
+        let e = debate("d.jsonl", t).unwrap_err().to_string();
+        assert!(
+            e.starts_with("d.jsonl line 1, column ") && e.contains("unknown field `speeker`"),
+            "{e}"
+        );
+        assert!(!e.contains("at line"), "{e}");
     }
 }

@@ -48,7 +48,7 @@ fn bad_files_are_rejected_with_a_clear_cause() {
         &e,
         &write(d, "d.jsonl", jsonl),
         None,
-        "d.jsonl line 2: not a debate turn",
+        "d.jsonl line 2, column 14: not a debate turn",
     );
     check_rejected(
         &e,

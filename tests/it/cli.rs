@@ -4,12 +4,18 @@ use crate::support::*;
 use std::process::Command;
 
 fn strata(db: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    strata_env(db, args, &[])
+}
+
+/// Runs the binary with `env` set on top of this process's environment.
+fn strata_env(db: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("--db")
         .arg(db)
         .args(args)
         .env_remove("STRATA_DB")
         .env_remove("STRATA_CONFIG")
+        .envs(env.iter().copied())
         .current_dir(repo())
         .output()
         .unwrap();
@@ -148,4 +154,109 @@ fn cli_errors_are_one_line_with_nonzero_exit() {
     }
     let (code, _, _) = strata(&db, &["context", "--scope", "x"]);
     assert_eq!(code, 2, "a usage error is clap's exit code 2");
+}
+
+/// Issue 9: a bad TOML file or a negative variable printed a multi-line error.
+#[test]
+fn config_and_input_errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let toml = write(
+        dir.path(),
+        "strata.toml",
+        "[store]\nttl_secs = 60\n\n[chunk]\ntokns = 5\n",
+    );
+    let toml = toml.to_str().unwrap();
+    let nul = write(dir.path(), "nul.md", "A title\n\nSome text\0 and more.\n");
+    let nul = nul.to_str().unwrap();
+    for (args, env, expect) in [
+        (
+            vec!["--config", toml, "stats"],
+            vec![],
+            format!(
+                "error: config: {toml} line 5 in [chunk]: unknown field `tokns`, expected `tokens` or `group_size`"
+            ),
+        ),
+        (
+            vec!["stats"],
+            vec![("STRATA_CHUNK_TOKENS", "-5")],
+            "error: config: STRATA_CHUNK_TOKENS=\"-5\" (chunk.tokens): expected a whole number ≥ 0"
+                .into(),
+        ),
+        (
+            vec!["stats"],
+            vec![("STRATA_SERVER_WORKERS", "0")],
+            "error: config: server.workers must be at least 1".into(),
+        ),
+        (
+            vec!["stats"],
+            vec![("STRATA_SERVER_TOKEN", "   ")],
+            "error: config: server.token is blank".into(),
+        ),
+        (
+            vec!["ingest", "--scope", "x", nul],
+            vec![],
+            format!(
+                "error: {nul} contains the control character U+0000 at byte offset 18 (line 3)"
+            ),
+        ),
+    ] {
+        let (code, out, err) = strata_env(&db, &args, &env);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(err.starts_with(&expect), "expected {expect:?}, got {err:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+}
+
+/// Issue 9: with the model server down, `compress --json` said nothing on stderr.
+#[test]
+fn a_json_build_against_a_dead_model_warns_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let turns = write(
+        dir.path(),
+        "d.jsonl",
+        "{\"round\":1,\"speaker\":\"a\",\"text\":\"The tram costs 420 million.\"}\n\
+         {\"round\":1,\"speaker\":\"b\",\"text\":\"Buses cost less than that.\"}\n",
+    );
+    let (code, _, err) = strata(&db, &["ingest", "--scope", "d", turns.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    // A port nobody listens on: every call is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let env = [
+        ("STRATA_MODEL_RETRIES", "0"),
+        ("STRATA_MODEL_API_KEY_ENV", "STRATA_TEST_NO_SUCH_KEY"),
+        ("STRATA_LOG", "warn"),
+    ];
+    let args = [
+        "--model",
+        "openai:m",
+        "--base-url",
+        &url,
+        "--json",
+        "compress",
+        "--scope",
+        "d",
+    ];
+    let (code, out, err) = strata_env(&db, &args, &env);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is one JSON document");
+    let fallbacks = v["fallbacks"].as_u64().unwrap();
+    assert!(
+        fallbacks > 0 && v["model_errors"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "warning: d: {fallbacks} node(s) made by the offline fallback"
+        )),
+        "{err}"
+    );
 }

@@ -305,6 +305,84 @@ async fn bad_requests_get_clear_4xx_errors() {
     s.stop().await;
 }
 
+/// Issue 9: NUL bytes, a JSON array as a turn and unknown fields were accepted silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_arrays_and_unknown_fields_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), Config::default()).await;
+    let (code, v) = s
+        .post("/api/debates/d/turns", turn(1, "a", "hello there"))
+        .await;
+    assert_eq!(code, 201, "{v}");
+    for ((code, v), status, expect) in [
+        (
+            s.post("/api/debates/d/turns", turn(1, "a", "nul\0byte"))
+                .await,
+            400,
+            "the text contains the control character U+0000 at byte offset 3",
+        ),
+        (
+            s.post("/api/debates/d/turns", turn(1, "a\u{1b}", "x"))
+                .await,
+            400,
+            "the speaker contains the control character U+001B",
+        ),
+        (
+            s.post_raw("/api/debates/d/turns", r#"[1, "a", "text"]"#)
+                .await,
+            422,
+            "invalid request body: invalid type: sequence, expected a debate turn object",
+        ),
+        (
+            s.post_raw("/api/debates/d/turns", r#""just text""#).await,
+            422,
+            "expected a debate turn object",
+        ),
+        (
+            s.post_raw(
+                "/api/debates/d/turns",
+                r#"{"round": 1, "speaker": "a", "text": "x", "mood": "calm"}"#,
+            )
+            .await,
+            422,
+            "invalid request body: mood: unknown field `mood`, expected one of `round`, `speaker`, `text`",
+        ),
+        (
+            s.post_raw("/api/debates/d/turns", "{not json").await,
+            400,
+            "the request body is not valid JSON: key must be a string at line 1 column 2",
+        ),
+        (
+            s.post(
+                "/api/documents",
+                json!({"scope": "k", "source": "a.md", "text": "line one\nbad \u{7}bell"}),
+            )
+            .await,
+            400,
+            "a.md contains the control character U+0007 at byte offset 13 (line 2)",
+        ),
+        (
+            s.post(
+                "/api/documents",
+                json!({"scope": "k", "source": "a.md", "text": "t", "author": "me"}),
+            )
+            .await,
+            422,
+            "unknown field `author`",
+        ),
+    ] {
+        assert_eq!(code, status, "{v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(e.contains(expect), "expected {expect:?} in {e:?}");
+        assert!(!e.contains('\n'), "{e:?}");
+    }
+    // Nothing bad got in.
+    let (_, st) = s.get("/api/debates/d/refinement-status").await;
+    assert_eq!(st["sources"], 1);
+    assert_eq!(s.get("/api/debates/k/refinement-status").await.0, 404);
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_protects_the_api_but_not_health() {
     let dir = tempfile::tempdir().unwrap();
