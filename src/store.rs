@@ -9,11 +9,14 @@
 //! - `embeddings`: 8-byte hash of the embedder's identity ++ node id → unit vector
 //!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every scope and
 //!   every rebuild that reaches the node.
+//! - `fallbacks`: node id → [`FallbackMark`]: the node was made by the offline fallback
+//!   (or built over such a node). Written with the node, removed with it, cleared when
+//!   the node is overwritten by a model-made version.
 //!
 //! Values are bincode (serde, standard config) behind a one-byte format version.
 
 use crate::error::{Error, Result};
-use crate::node::{Node, NodeId};
+use crate::node::{FallbackMark, Node, NodeId};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sled::Transactional;
 use std::path::Path;
@@ -93,6 +96,15 @@ pub struct SourceRecord {
     pub chunks: Vec<ChunkRef>,
 }
 
+/// How many stored nodes carry a [`FallbackMark`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FallbackCounts {
+    /// Nodes made by the offline fallback, or built over such a node.
+    pub nodes: usize,
+    /// Those the next build with the model makes again (the model did not answer).
+    pub awaiting_model: usize,
+}
+
 /// The store. Cheap to clone: sled trees are reference-counted handles.
 #[derive(Clone)]
 pub struct Store {
@@ -110,6 +122,8 @@ pub struct Store {
     unindexed: sled::Tree,
     /// Node vectors per embedder (see [`EmbedKey`]).
     embeddings: sled::Tree,
+    /// node id → [`FallbackMark`] of nodes the offline fallback made (or built over).
+    fallbacks: sled::Tree,
     /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
     pub(crate) expiry_changed: Arc<Notify>,
     earliest: Arc<AtomicU64>,
@@ -227,6 +241,7 @@ impl Store {
             jobs: db.open_tree("jobs")?,
             unindexed: db.open_tree("unindexed")?,
             embeddings: db.open_tree("embeddings")?,
+            fallbacks: db.open_tree("fallbacks")?,
             db,
             expiry_changed: Arc::new(Notify::new()),
             earliest: Arc::new(AtomicU64::new(u64::MAX)),
@@ -236,13 +251,20 @@ impl Store {
 
     // ---- nodes ----
 
-    /// Writes a node and its expiry entry atomically.
+    /// Writes a node and its expiry entry atomically; a fallback mark it had is cleared.
     pub fn put_node(&self, node: &Node) -> Result<()> {
+        self.put_node_marked(node, None)
+    }
+
+    /// Writes a node, its expiry entry and its fallback mark (`None`: made by its model,
+    /// which clears an earlier mark) atomically.
+    pub fn put_node_marked(&self, node: &Node, mark: Option<FallbackMark>) -> Result<()> {
         let value = encode(node)?;
+        let mark = mark.map(|m| encode(&m)).transpose()?;
         let old = self.get_node(&node.id)?;
         let deadline = node.expires_at.unwrap_or(u64::MAX).to_be_bytes();
-        (&self.nodes, &self.expiry, &self.deadlines)
-            .transaction(|(nodes, expiry, deadlines)| {
+        (&self.nodes, &self.expiry, &self.deadlines, &self.fallbacks)
+            .transaction(|(nodes, expiry, deadlines, fallbacks)| {
                 if let Some(old_at) = old.as_ref().and_then(|o| o.expires_at) {
                     expiry.remove(&expiry_key(old_at, &node.id)[..])?;
                 }
@@ -251,6 +273,10 @@ impl Store {
                 if let Some(at) = node.expires_at {
                     expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
                 }
+                match &mark {
+                    Some(m) => fallbacks.insert(&node.id.0[..], m.as_slice())?,
+                    None => fallbacks.remove(&node.id.0[..])?,
+                };
                 Ok(())
             })
             .map_err(|e: sled::transaction::TransactionError<()>| match e {
@@ -302,6 +328,7 @@ impl Store {
         }
         self.nodes.remove(id.0)?;
         self.deadlines.remove(id.0)?;
+        self.fallbacks.remove(id.0)?;
         Ok(true)
     }
 
@@ -322,6 +349,7 @@ impl Store {
             {
                 self.nodes.remove(id.0)?;
                 self.deadlines.remove(id.0)?;
+                self.fallbacks.remove(id.0)?;
                 removed.push(id);
             }
         }
@@ -352,6 +380,52 @@ impl Store {
 
     pub fn n_nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    // ---- fallback marks: nodes the offline fallback made, or that were built over one ----
+
+    /// The node's fallback mark (`None`: its model made it, or there is no such node).
+    pub fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+        match self.fallbacks.get(id.0)? {
+            Some(v) => Ok(Some(decode(&format!("fallback mark of {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether any node carries a mark (the common case, none, costs no lookups).
+    pub fn has_fallback_marks(&self) -> bool {
+        !self.fallbacks.is_empty()
+    }
+
+    /// Marked nodes: all, and those the next build with the model retries.
+    pub fn fallback_counts(&self) -> Result<FallbackCounts> {
+        let mut c = FallbackCounts::default();
+        for v in self.fallbacks.iter().values() {
+            c.nodes += 1;
+            if decode::<FallbackMark>("fallback mark", &v?)?.is_retried() {
+                c.awaiting_model += 1;
+            }
+        }
+        Ok(c)
+    }
+
+    /// Drops the node's vectors of every embedder: its text is about to change under
+    /// the same id (a fallback node remade by the model), so they no longer describe it.
+    pub fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
+        // Keys are embedder prefix ++ node id: visit each distinct prefix with one seek.
+        let mut from = [0u8; 8];
+        while let Some((k, _)) = self.embeddings.range(&from[..]..).next().transpose()? {
+            let prefix: [u8; 8] = k
+                .get(..8)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| Error::DataCorruption("embedding key is not 40 bytes".into()))?;
+            self.embeddings.remove(EmbedKey(prefix).key(id))?;
+            match u64::from_be_bytes(prefix).checked_add(1) {
+                Some(next) => from = next.to_be_bytes(),
+                None => break,
+            }
+        }
+        Ok(())
     }
 
     // ---- scopes ----
