@@ -2,6 +2,10 @@
 //! is compressed as soon as its inputs exist, with no barrier between levels — under one
 //! global limit on concurrent sub-model calls. Nodes already in the store and live are cache
 //! hits and cost nothing. A failed node is reported as data, never fails the build.
+//!
+//! A node the offline fallback made is marked in the store ([`FallbackMark`]), and so is a
+//! node built over one. Nodes marked because the model did not answer are not cache hits
+//! for a build with the model: they are made again, so an outage does not outlive itself.
 
 use crate::config::Config;
 use crate::error::Result;
@@ -9,13 +13,14 @@ use crate::level::Level;
 use crate::model::limit::Gate;
 use crate::model::usage::{self, Meter, Usage};
 use crate::model::{CompressRequest, ModelError, Passage, SubModel, offline};
-use crate::node::{Meta, Node, NodeId, Span, merge_spans};
+use crate::node::{FallbackMark, Meta, Node, NodeId, Span, merge_spans};
 use crate::plan::Plan;
 use crate::store::Store;
 use crate::text;
 use crate::token;
 use futures::future::{join, join_all};
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -60,6 +65,15 @@ pub struct BuildReport {
     /// Model calls that failed after the client's retries (server errors, timeouts,
     /// undecodable responses).
     pub model_errors: u64,
+    /// Nodes marked as made by the fallback while the model did not answer (or built over
+    /// such a node) that this build made again.
+    pub fallback_retried: u64,
+    /// Nodes of the tree that carry a fallback mark after this build: made by the offline
+    /// fallback, or built over such a node.
+    pub fallback_nodes: u64,
+    /// Of those, the ones marked while the model did not answer: the next build retries
+    /// them.
+    pub fallback_awaiting_model: u64,
     pub failures: Vec<BuildFailure>,
     pub elapsed_ms: u64,
     /// Nodes built at each level (full, detailed, summary, abstract, metadata).
@@ -97,6 +111,16 @@ struct Run<'a> {
     unfaithful: AtomicU64,
     model_errors: AtomicU64,
     hits: AtomicU64,
+    /// Whether nodes are marked at all: not when the model is the fallback itself.
+    marking: bool,
+    /// Whether the store held marks when the build started (else no lookups).
+    check_marks: bool,
+    /// The mark of every node this build wrote or found with one: a node built over them
+    /// is marked too.
+    marks: Mutex<HashMap<NodeId, FallbackMark>>,
+    /// Marked nodes being made again (their old text, and vectors, are replaced).
+    retrying: Mutex<HashSet<NodeId>>,
+    retried: AtomicU64,
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
 }
@@ -105,6 +129,7 @@ impl Builder<'_> {
     /// Runs the build. Returns the report and the nodes it built (for the index).
     pub async fn run(&self) -> Result<(BuildReport, Vec<Node>)> {
         let t0 = Instant::now();
+        let marking = self.model.identity() != self.fallback.identity();
         let run = Run {
             b: self,
             gate: (!self.model.self_limited()).then(|| Gate::new(self.cfg.build.concurrency)),
@@ -115,6 +140,11 @@ impl Builder<'_> {
             unfaithful: AtomicU64::new(0),
             model_errors: AtomicU64::new(0),
             hits: AtomicU64::new(0),
+            marking,
+            check_marks: marking && self.store.has_fallback_marks(),
+            marks: Mutex::new(HashMap::new()),
+            retrying: Mutex::new(HashSet::new()),
+            retried: AtomicU64::new(0),
             built: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
         };
@@ -139,6 +169,7 @@ impl Builder<'_> {
             by_level[n.level.as_u8() as usize] += 1;
         }
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let marks = run.marks.into_inner().expect("poisoned");
         let mut usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());
         usage.invalid_outputs = load(&run.empty) + load(&run.over_budget) + load(&run.unfaithful);
         usage.fallbacks = load(&run.fallbacks);
@@ -153,6 +184,9 @@ impl Builder<'_> {
             over_budget: load(&run.over_budget),
             unfaithful: load(&run.unfaithful),
             model_errors: load(&run.model_errors),
+            fallback_retried: load(&run.retried),
+            fallback_nodes: marks.len() as u64,
+            fallback_awaiting_model: marks.values().filter(|m| m.is_retried()).count() as u64,
             failures,
             elapsed_ms: t0.elapsed().as_millis() as u64,
             built_by_level: by_level,
@@ -176,13 +210,51 @@ impl Run<'_> {
         self.b.progress.inc(1);
     }
 
+    /// A live node of the store, unless it is marked for a retry (then `None`: made again).
     fn cached(&self, id: &NodeId) -> Result<Option<Node>> {
-        let n = self.b.store.get_live(id, self.horizon())?;
-        if n.is_some() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            self.b.progress.inc(1);
+        let Some(n) = self.b.store.get_live(id, self.horizon())? else {
+            return Ok(None);
+        };
+        if let Some(mark) = self.stored_mark(id)? {
+            if mark.is_retried() {
+                self.retrying.lock().expect("poisoned").insert(*id);
+                self.retried.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            self.marks.lock().expect("poisoned").insert(*id, mark);
         }
-        Ok(n)
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.b.progress.inc(1);
+        Ok(Some(n))
+    }
+
+    /// The mark a stored node carries (looked up only when the build started with marks).
+    fn stored_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+        if !self.check_marks {
+            return Ok(None);
+        }
+        self.b.store.fallback_mark(id)
+    }
+
+    /// The mark of a node whose own text came with `own` and that was built over `inputs`:
+    /// over an input the model is to remake, the node is remade after it.
+    fn mark_over<'i>(
+        &self,
+        own: Option<FallbackMark>,
+        inputs: impl IntoIterator<Item = &'i NodeId>,
+    ) -> Option<FallbackMark> {
+        if own == Some(FallbackMark::ModelUnavailable) {
+            return own;
+        }
+        let marks = self.marks.lock().expect("poisoned");
+        let over = inputs
+            .into_iter()
+            .any(|i| marks.get(i).is_some_and(|m| m.is_retried()));
+        if over {
+            Some(FallbackMark::BuiltOverFallback)
+        } else {
+            own
+        }
     }
 
     fn expires_at(&self) -> Option<u64> {
@@ -192,19 +264,34 @@ impl Run<'_> {
         }
     }
 
-    fn save(&self, node: Node) -> Result<Node> {
-        self.b.store.put_node(&node)?;
+    fn save(&self, node: Node, mark: Option<FallbackMark>) -> Result<Node> {
+        if self.retrying.lock().expect("poisoned").remove(&node.id) {
+            let old = self.b.store.get_node(&node.id)?;
+            if old.is_none_or(|o| o.text != node.text) {
+                // Same id, new text: vectors of the old text would mislead dense retrieval.
+                self.b.store.remove_node_embeddings(&node.id)?;
+            }
+        }
+        self.b.store.put_node_marked(&node, mark)?;
+        if let Some(m) = mark {
+            self.marks.lock().expect("poisoned").insert(node.id, m);
+        }
         self.built.lock().expect("poisoned").push(node.clone());
         self.b.progress.inc(1);
         Ok(node)
     }
 
     /// Asks the model, validates the output (faithfulness included), retries, and falls
-    /// back to the offline compressor. Returns `Err` only when even the fallback failed.
-    async fn compress(&self, req: CompressRequest) -> Result<String, String> {
+    /// back to the offline compressor; the fallback's text comes with its mark (why the
+    /// model's was not used). Returns `Err` only when even the fallback failed.
+    async fn compress(
+        &self,
+        req: CompressRequest,
+    ) -> Result<(String, Option<FallbackMark>), String> {
         let trusted = self.b.model.trusted();
         let req = Arc::new(req);
         let mut last = String::new();
+        let mut mark = FallbackMark::Refused;
         for _ in 0..=self.b.cfg.build.retries {
             let out = {
                 // Higher levels first: they are on the critical path of the DAG.
@@ -217,7 +304,7 @@ impl Run<'_> {
             };
             let rejection = match out {
                 Ok(text) if trusted => match validate(&text, &req, true) {
-                    Ok(()) => return Ok(text),
+                    Ok(()) => return Ok((text, None)),
                     Err(r) => r,
                 },
                 Ok(text) => {
@@ -226,7 +313,7 @@ impl Run<'_> {
                     match crate::model::spawn_cpu(move || validate(&text, &r, false).map(|()| text))
                         .await
                     {
-                        Ok(Ok(text)) => return Ok(text),
+                        Ok(Ok(text)) => return Ok((text, None)),
                         Ok(Err(r)) => r,
                         Err(panic) => Rejection::Failed(panic),
                     }
@@ -234,22 +321,33 @@ impl Run<'_> {
                 Err(ModelError::Truncated) => {
                     Rejection::OverBudget(ModelError::Truncated.to_string())
                 }
+                Err(
+                    e
+                    @ (ModelError::Unavailable(_) | ModelError::RateLimited | ModelError::Timeout),
+                ) => Rejection::Unavailable(e.to_string()),
                 Err(e) => Rejection::Failed(e.to_string()),
             };
-            let counter = match &rejection {
-                Rejection::Empty => &self.empty,
-                Rejection::OverBudget(_) => &self.over_budget,
-                Rejection::Unfaithful(_) => &self.unfaithful,
-                Rejection::Failed(_) => &self.model_errors,
+            let (counter, why) = match &rejection {
+                Rejection::Empty => (&self.empty, FallbackMark::Empty),
+                Rejection::OverBudget(_) => (&self.over_budget, FallbackMark::OverBudget),
+                Rejection::Unfaithful(_) => (&self.unfaithful, FallbackMark::Unfaithful),
+                Rejection::Unavailable(_) => (&self.model_errors, FallbackMark::ModelUnavailable),
+                Rejection::Failed(_) => (&self.model_errors, FallbackMark::Refused),
             };
             counter.fetch_add(1, Ordering::Relaxed);
+            // One attempt the model did not answer is enough to try again later: it never
+            // had its full say.
+            if mark != FallbackMark::ModelUnavailable {
+                mark = why;
+            }
             last = rejection.to_string();
         }
+        let mark = self.marking.then_some(mark);
         let req = Arc::unwrap_or_clone(req);
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(error = %last, "model output replaced by the fallback compressor");
         match self.b.fallback.compress(req.clone()).await {
-            Ok(text) if validate(&text, &req, true).is_ok() => Ok(text),
+            Ok(text) if validate(&text, &req, true).is_ok() => Ok((text, mark)),
             Ok(_) => Err(format!("{last}; fallback output unusable too")),
             Err(e) => Err(format!("{last}; fallback failed: {e}")),
         }
@@ -259,12 +357,13 @@ impl Run<'_> {
         self.b.refresh_before.unwrap_or(self.b.now).max(self.b.now)
     }
 
-    /// The common warm case: every node of the group is live. Checked on the deadline
-    /// index alone, without decoding a node.
+    /// The common warm case: every node of the group is live and none is to be retried.
+    /// Checked on the deadline index (and the marks, if any) without decoding a node.
     fn group_is_live(&self, gi: usize) -> Result<bool> {
         let plan = self.b.plan;
         let g = &plan.groups[gi];
         let mut n = 0;
+        let mut marked = Vec::new();
         let ids = g
             .chunks
             .iter()
@@ -276,9 +375,16 @@ impl Run<'_> {
                 if !self.b.store.contains_live(&x, self.horizon())? {
                     return Ok(false);
                 }
+                if let Some(m) = self.stored_mark(&x)? {
+                    if m.is_retried() {
+                        return Ok(false);
+                    }
+                    marked.push((x, m));
+                }
                 n += 1;
             }
         }
+        self.marks.lock().expect("poisoned").extend(marked);
         self.hits.fetch_add(n, Ordering::Relaxed);
         self.b.progress.inc(n);
         Ok(true)
@@ -364,7 +470,7 @@ impl Run<'_> {
                 target_tokens: target.max(1),
             };
             match self.compress(req).await {
-                Ok(text) => Ok(Some(
+                Ok((text, mark)) => Ok(Some(
                     self.save(
                         self.derived(
                             c.detailed,
@@ -375,6 +481,7 @@ impl Run<'_> {
                             full.meta.clone(),
                         )
                         .await?,
+                        mark,
                     )?,
                 )),
                 Err(e) => {
@@ -416,14 +523,16 @@ impl Run<'_> {
             target_tokens: target.max(1),
         };
         match self.compress(req).await {
-            Ok(text) => {
+            Ok((text, mark)) => {
                 let meta = merge_meta(dets.iter().map(|d| &d.meta));
                 let spans = merge_spans(dets.iter().flat_map(|d| d.citations.iter().cloned()));
-                let children = dets.iter().map(|d| d.id).collect();
+                let children: Vec<NodeId> = dets.iter().map(|d| d.id).collect();
+                let mark = self.mark_over(mark, &children);
                 Ok(Some(
                     self.save(
                         self.derived(g.summary, Level::Summary, text, children, spans, meta)
                             .await?,
+                        mark,
                     )?,
                 ))
             }
@@ -473,10 +582,11 @@ impl Run<'_> {
             target_tokens: target,
         };
         match self.compress(req).await {
-            Ok(text) => {
+            Ok((text, mark)) => {
                 let meta = merge_meta(sums.iter().map(|s| &s.meta));
                 let spans = merge_spans(sums.iter().flat_map(|s| s.citations.iter().cloned()));
-                let children = sums.iter().map(|s| s.id).collect();
+                let children: Vec<NodeId> = sums.iter().map(|s| s.id).collect();
+                let mark = self.mark_over(mark, &children);
                 Ok(Some(
                     self.save(
                         self.derived(
@@ -488,6 +598,7 @@ impl Run<'_> {
                             meta,
                         )
                         .await?,
+                        mark,
                     )?,
                 ))
             }
@@ -591,6 +702,7 @@ impl Run<'_> {
         let mut meta = target.meta.clone();
         let text = render_tags(&meta, &tags);
         meta.tags = Some(tags);
+        // Tags come from the FULL text beneath, never from model output: no mark.
         self.save(
             self.derived(
                 id,
@@ -601,6 +713,7 @@ impl Run<'_> {
                 meta,
             )
             .await?,
+            None,
         )?;
         Ok(())
     }
@@ -642,6 +755,9 @@ enum Rejection {
     Empty,
     OverBudget(String),
     Unfaithful(String),
+    /// The model did not answer: connection refused, timeouts, 5xx or 429 after retries.
+    Unavailable(String),
+    /// The server refused the request or sent something that is no completion.
     Failed(String),
 }
 
@@ -649,9 +765,10 @@ impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Rejection::Empty => f.write_str("empty output"),
-            Rejection::OverBudget(m) | Rejection::Unfaithful(m) | Rejection::Failed(m) => {
-                f.write_str(m)
-            }
+            Rejection::OverBudget(m)
+            | Rejection::Unfaithful(m)
+            | Rejection::Unavailable(m)
+            | Rejection::Failed(m) => f.write_str(m),
         }
     }
 }

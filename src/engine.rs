@@ -105,6 +105,8 @@ pub struct Stats {
     pub embed_model: Option<String>,
     /// Stored node vectors (every embedding model).
     pub embeddings: usize,
+    /// Nodes made by the offline fallback (or built over one), and how many await the model.
+    pub fallbacks: crate::store::FallbackCounts,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -946,6 +948,7 @@ impl Engine {
             model: self.model.identity(),
             embed_model: self.embedder.as_ref().map(|e| e.identity()),
             embeddings: self.store.n_embeddings(),
+            fallbacks: self.store.fallback_counts()?,
         })
     }
 

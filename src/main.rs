@@ -299,6 +299,14 @@ fn run(cli: Cli) -> Result<()> {
                         r.model_errors
                     );
                 }
+                if r.fallback_retried > 0 || r.fallback_nodes > 0 {
+                    out!(
+                        "  fallback nodes: {} made again with the model, {} in the tree ({} awaiting the model)",
+                        r.fallback_retried,
+                        r.fallback_nodes,
+                        r.fallback_awaiting_model
+                    );
+                }
                 if let Some(e) = &r.embeddings {
                     out!(
                         "  embeddings ({}): {} embedded, {} reused, {} failed, {} request(s)",
@@ -473,6 +481,13 @@ fn run(cli: Cli) -> Result<()> {
                 );
                 if let Some(m) = &s.embed_model {
                     out!("  hybrid retrieval: {m}; {} vectors stored", s.embeddings);
+                }
+                if s.fallbacks.nodes > 0 {
+                    out!(
+                        "  {} node(s) made by the offline fallback or over it; {} to be made again by the next compress with the model",
+                        s.fallbacks.nodes,
+                        s.fallbacks.awaiting_model
+                    );
                 }
                 for sc in &s.scopes {
                     let l = sc.live_by_level;
@@ -663,8 +678,12 @@ fn fallback_warning(r: &strata::BuildReport) -> Option<String> {
         return None;
     }
     let rejected = r.empty + r.over_budget + r.unfaithful;
+    let retry = match r.fallback_awaiting_model {
+        0 => String::new(),
+        n => format!("; the next compress makes {n} node(s) again with the model"),
+    };
     Some(format!(
-        "warning: {}: {} node(s) made by the offline fallback; {} model call(s) failed (is the model server up?), {} output(s) rejected (empty, over budget or unfaithful)",
+        "warning: {}: {} node(s) made by the offline fallback; {} model call(s) failed (is the model server up?), {} output(s) rejected (empty, over budget or unfaithful){retry}",
         r.scope, r.fallbacks, r.model_errors, rejected
     ))
 }

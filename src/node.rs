@@ -153,3 +153,36 @@ impl Node {
         self.expires_at.is_none_or(|t| t > now)
     }
 }
+
+/// Why a node's text is not (only) its model's: the offline fallback made it, or it was
+/// built over such a node. Stored beside the node (`Store::fallback_mark`), never part of
+/// its id: the id says which model *should* have made the node, the mark says it did not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackMark {
+    /// The model did not answer (connection refused, timeouts, 5xx or 429 after the
+    /// client's retries): the fallback made the node. Retried once the model answers.
+    ModelUnavailable,
+    /// The model made this node, over inputs the fallback made during an outage: its
+    /// inputs will change when they are retried, so it is retried with them.
+    BuiltOverFallback,
+    /// The model's outputs were empty; at temperature 0 they would be again: not retried.
+    Empty,
+    /// The model's outputs were over budget (or cut off at their token limit): not retried.
+    OverBudget,
+    /// The model's outputs stated facts their inputs lack: not retried.
+    Unfaithful,
+    /// The model server refused the request (a 4xx) or its reply was no completion:
+    /// not retried automatically.
+    Refused,
+}
+
+impl FallbackMark {
+    /// Whether the next build with the model makes this node again.
+    pub fn is_retried(self) -> bool {
+        matches!(
+            self,
+            FallbackMark::ModelUnavailable | FallbackMark::BuiltOverFallback
+        )
+    }
+}

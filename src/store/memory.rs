@@ -2,9 +2,11 @@
 //! reference the conformance suite holds every other backend to. Nothing is durable, so
 //! `flush` has nothing to do; every operation is atomic because it holds the one lock.
 
-use super::{Backend, EmbedKey, PendingMark, ScopeRecord, SourceRecord, SourceStep};
+use super::{
+    Backend, EmbedKey, FallbackCounts, PendingMark, ScopeRecord, SourceRecord, SourceStep,
+};
 use crate::error::Result;
-use crate::node::{Node, NodeId};
+use crate::node::{FallbackMark, Node, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -22,6 +24,7 @@ struct Inner {
     /// (scope, source) → record and text.
     sources: BTreeMap<(String, String), (SourceRecord, String)>,
     pending: BTreeMap<NodeId, u64>,
+    fallbacks: BTreeMap<NodeId, FallbackMark>,
     generation: u64,
     embeddings: BTreeMap<(EmbedKey, NodeId), Vec<f32>>,
     views: BTreeMap<String, Vec<u8>>,
@@ -35,7 +38,11 @@ impl Inner {
         self.pending.insert(id, self.generation);
     }
 
-    fn put(&mut self, node: &Node) {
+    fn put(&mut self, node: &Node, mark: Option<FallbackMark>) {
+        match mark {
+            Some(m) => self.fallbacks.insert(node.id, m),
+            None => self.fallbacks.remove(&node.id),
+        };
         if let Some(old) = self.nodes.get(&node.id)
             && let Some(at) = old.expires_at
         {
@@ -49,6 +56,7 @@ impl Inner {
     }
 
     fn remove(&mut self, id: &NodeId) -> bool {
+        self.fallbacks.remove(id);
         match self.nodes.remove(id) {
             Some(old) => {
                 if let Some(at) = old.expires_at {
@@ -69,12 +77,28 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+    fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         let mut m = self.lock();
         for n in nodes {
-            m.put(n);
+            m.put(n, mark);
         }
         Ok(())
+    }
+
+    fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+        Ok(self.lock().fallbacks.get(id).copied())
+    }
+
+    fn n_fallback_marks(&self) -> usize {
+        self.lock().fallbacks.len()
+    }
+
+    fn fallback_counts(&self) -> Result<FallbackCounts> {
+        let m = self.lock();
+        Ok(FallbackCounts {
+            nodes: m.fallbacks.len(),
+            awaiting_model: m.fallbacks.values().filter(|f| f.is_retried()).count(),
+        })
     }
 
     fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
@@ -147,7 +171,7 @@ impl Backend for MemoryBackend {
         let scope = step.scope.name.clone();
         for p in &step.put {
             for n in &p.nodes {
-                m.put(n);
+                m.put(n, None);
             }
             m.sources.insert(
                 (scope.clone(), p.record.id.clone()),
@@ -218,6 +242,11 @@ impl Backend for MemoryBackend {
         } = &mut *m;
         embeddings.retain(|(_, id), _| nodes.contains_key(id));
         Ok(before - m.embeddings.len())
+    }
+
+    fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
+        self.lock().embeddings.retain(|(_, n), _| n != id);
+        Ok(())
     }
 
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {

@@ -18,7 +18,7 @@ pub mod sled;
 mod tests;
 
 use crate::error::{Error, Result};
-use crate::node::{Node, NodeId};
+use crate::node::{FallbackMark, Node, NodeId};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::path::Path;
 use std::sync::Arc;
@@ -126,6 +126,15 @@ pub struct PendingMark {
     pub generation: u64,
 }
 
+/// How many stored nodes carry a [`FallbackMark`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FallbackCounts {
+    /// Nodes made by the offline fallback, or built over such a node.
+    pub nodes: usize,
+    /// Those the next build with the model makes again (the model did not answer).
+    pub awaiting_model: usize,
+}
+
 /// The short hash of an embedder's identity that prefixes its vectors' keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EmbedKey(pub [u8; 8]);
@@ -143,12 +152,14 @@ impl EmbedKey {
 /// in the module docs; the conformance suite checks it.
 pub trait Backend: Send + Sync {
     // ---- nodes, with their deadlines and pending-index marks
-    /// Writes nodes (each with deadline, expiry entry and pending-index mark) atomically.
-    fn put_nodes(&self, nodes: &[Node]) -> Result<()>;
+    /// Writes nodes (each with deadline, expiry entry, pending-index mark and fallback
+    /// mark — `None` clears an earlier one) atomically.
+    fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()>;
     fn get_node(&self, id: &NodeId) -> Result<Option<Node>>;
     /// The node's deadline (`u64::MAX`: never expires), without reading the node.
     fn deadline(&self, id: &NodeId) -> Result<Option<u64>>;
-    /// Removes a node with its deadline and expiry entry and marks it pending, atomically.
+    /// Removes a node with its deadline, expiry entry and fallback mark and marks it
+    /// pending, atomically.
     fn remove_node(&self, id: &NodeId) -> Result<bool>;
     /// Removes every node whose deadline is at or before `now` (each removal marked
     /// pending); returns their ids.
@@ -157,6 +168,11 @@ pub trait Backend: Send + Sync {
     fn next_deadline(&self) -> Result<Option<u64>>;
     fn node_ids(&self) -> Result<Vec<NodeId>>;
     fn n_nodes(&self) -> usize;
+
+    // ---- fallback marks: nodes the offline fallback made, or that were built over one
+    fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>>;
+    fn n_fallback_marks(&self) -> usize;
+    fn fallback_counts(&self) -> Result<FallbackCounts>;
 
     // ---- scopes and sources
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>>;
@@ -179,6 +195,8 @@ pub trait Backend: Send + Sync {
     fn n_embeddings(&self) -> usize;
     /// Removes the vectors (of every embedder) whose node is gone; returns how many.
     fn remove_orphan_embeddings(&self) -> Result<usize>;
+    /// Removes one node's vectors of every embedder.
+    fn remove_node_embeddings(&self, id: &NodeId) -> Result<()>;
 
     // ---- opaque records: each scope's last complete view, the job queue
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()>;
@@ -254,18 +272,29 @@ impl Store {
 
     // ---- nodes ----
 
-    /// Writes a node with its deadline, expiry entry and pending-index mark, atomically.
+    /// Writes a node with its deadline, expiry entry and pending-index mark, atomically; a
+    /// fallback mark it had is cleared (its model made it).
     pub fn put_node(&self, node: &Node) -> Result<()> {
-        self.put_nodes(std::slice::from_ref(node))
+        self.put_node_marked(node, None)
     }
 
-    /// Writes nodes (each with its deadline, expiry entry and pending-index mark) in one
-    /// atomic step.
+    /// Writes a node, its deadline, expiry entry, pending-index mark and fallback mark
+    /// (`None`: made by its model, which clears an earlier mark) atomically.
+    pub fn put_node_marked(&self, node: &Node, mark: Option<FallbackMark>) -> Result<()> {
+        self.write_nodes(std::slice::from_ref(node), mark)
+    }
+
+    /// Writes nodes made by their model (each with its deadline, expiry entry and
+    /// pending-index mark) in one atomic step.
     pub fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+        self.write_nodes(nodes, None)
+    }
+
+    fn write_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         if nodes.is_empty() {
             return Ok(());
         }
-        self.backend.put_nodes(nodes)?;
+        self.backend.put_nodes(nodes, mark)?;
         if let Some(at) = nodes.iter().filter_map(|n| n.expires_at).min()
             && at < self.earliest.fetch_min(at, Ordering::AcqRel)
         {
@@ -315,6 +344,23 @@ impl Store {
 
     pub fn n_nodes(&self) -> usize {
         self.backend.n_nodes()
+    }
+
+    // ---- fallback marks: nodes the offline fallback made, or that were built over one ----
+
+    /// The node's fallback mark (`None`: its model made it, or there is no such node).
+    pub fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+        self.backend.fallback_mark(id)
+    }
+
+    /// Whether any node carries a mark (the common case, none, costs no lookups).
+    pub fn has_fallback_marks(&self) -> bool {
+        self.backend.n_fallback_marks() > 0
+    }
+
+    /// Marked nodes: all, and those the next build with the model retries.
+    pub fn fallback_counts(&self) -> Result<FallbackCounts> {
+        self.backend.fallback_counts()
     }
 
     // ---- scopes and sources ----
@@ -389,6 +435,12 @@ impl Store {
     /// Removes the vectors (of every embedder) whose node is no longer in the store.
     pub fn remove_orphan_embeddings(&self) -> Result<usize> {
         self.backend.remove_orphan_embeddings()
+    }
+
+    /// Drops the node's vectors of every embedder: its text is about to change under
+    /// the same id (a fallback node remade by the model), so they no longer describe it.
+    pub fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
+        self.backend.remove_node_embeddings(id)
     }
 
     // ---- views: the last complete tree of each scope ----

@@ -14,6 +14,9 @@
 //! - `embeddings`: 8-byte hash of the embedder's identity ++ node id → unit vector
 //!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every scope and
 //!   every rebuild that reaches the node.
+//! - `fallbacks`: node id → [`FallbackMark`]: the node was made by the offline fallback
+//!   (or built over such a node). Written with the node, removed with it, cleared when the
+//!   node is overwritten by a model-made version.
 //! - `views`, `jobs`: opaque records (scope → view, big-endian job id → job).
 //!
 //! Values are bincode (serde, standard config) behind a one-byte format version. The key
@@ -24,10 +27,11 @@
 //! transaction as one batch in its log, so recovery applies all of it or none of it.
 
 use super::{
-    Backend, EmbedKey, PendingMark, ScopeRecord, SourceRecord, SourceStep, decode, encode,
+    Backend, EmbedKey, FallbackCounts, PendingMark, ScopeRecord, SourceRecord, SourceStep, decode,
+    encode,
 };
 use crate::error::{Error, Result};
-use crate::node::{Node, NodeId};
+use crate::node::{FallbackMark, Node, NodeId};
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use std::path::Path;
@@ -61,6 +65,7 @@ pub struct SledBackend {
     jobs: sled::Tree,
     unindexed: sled::Tree,
     embeddings: sled::Tree,
+    fallbacks: sled::Tree,
 }
 
 /// The key of a source: the scope's length (4 bytes, big-endian), the scope, the source id.
@@ -164,6 +169,7 @@ impl SledBackend {
             jobs: db.open_tree("jobs")?,
             unindexed: db.open_tree("unindexed")?,
             embeddings: db.open_tree("embeddings")?,
+            fallbacks: db.open_tree("fallbacks")?,
             db,
         };
         if layout < LAYOUT {
@@ -215,13 +221,20 @@ impl SledBackend {
 
     /// Runs `f` over the node trees in one transaction.
     fn node_tx<T>(&self, what: &str, f: impl Fn(&NodeTx<'_>) -> TxResult<T>) -> Result<T> {
-        (&self.nodes, &self.expiry, &self.deadlines, &self.unindexed)
-            .transaction(|(n, e, d, u)| {
+        (
+            &self.nodes,
+            &self.expiry,
+            &self.deadlines,
+            &self.unindexed,
+            &self.fallbacks,
+        )
+            .transaction(|(n, e, d, u, fb)| {
                 f(&NodeTx {
                     nodes: n,
                     expiry: e,
                     deadlines: d,
                     unindexed: u,
+                    fallbacks: fb,
                 })
             })
             .map_err(txn_err(what))
@@ -229,11 +242,12 @@ impl SledBackend {
 }
 
 impl Backend for SledBackend {
-    fn put_nodes(&self, nodes: &[Node]) -> Result<()> {
+    fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         let values = nodes.iter().map(encode).collect::<Result<Vec<_>>>()?;
+        let mark = mark.map(|m| encode(&m)).transpose()?;
         self.node_tx("node write", |tx| {
             for (node, v) in nodes.iter().zip(&values) {
-                tx.put(node, v)?;
+                tx.put(node, v, mark.as_deref())?;
             }
             Ok(())
         })
@@ -300,6 +314,28 @@ impl Backend for SledBackend {
         self.nodes.len()
     }
 
+    fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+        match self.fallbacks.get(id.0)? {
+            Some(v) => Ok(Some(decode(&format!("fallback mark of {id}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn n_fallback_marks(&self) -> usize {
+        self.fallbacks.len()
+    }
+
+    fn fallback_counts(&self) -> Result<FallbackCounts> {
+        let mut c = FallbackCounts::default();
+        for v in self.fallbacks.iter().values() {
+            c.nodes += 1;
+            if decode::<FallbackMark>("fallback mark", &v?)?.is_retried() {
+                c.awaiting_model += 1;
+            }
+        }
+        Ok(c)
+    }
+
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
         match self.scopes.get(name.as_bytes())? {
             Some(v) => Ok(Some(decode(&format!("scope {name}"), &v)?)),
@@ -358,17 +394,19 @@ impl Backend for SledBackend {
             &self.expiry,
             &self.deadlines,
             &self.unindexed,
+            &self.fallbacks,
         )
-            .transaction(|(sc, so, te, n, e, d, u)| {
+            .transaction(|(sc, so, te, n, e, d, u, fb)| {
                 let tx = NodeTx {
                     nodes: n,
                     expiry: e,
                     deadlines: d,
                     unindexed: u,
+                    fallbacks: fb,
                 };
                 for (key, record, text, nodes) in &puts {
                     for (node, v) in nodes {
-                        tx.put(node, v)?;
+                        tx.put(node, v, None)?;
                     }
                     so.insert(key.as_slice(), record.as_slice())?;
                     te.insert(key.as_slice(), text.as_slice())?;
@@ -466,6 +504,23 @@ impl Backend for SledBackend {
         Ok(orphans.len())
     }
 
+    fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
+        // Keys are embedder prefix ++ node id: visit each distinct prefix with one seek.
+        let mut from = [0u8; 8];
+        while let Some((k, _)) = self.embeddings.range(&from[..]..).next().transpose()? {
+            let prefix: [u8; 8] = k
+                .get(..8)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| Error::DataCorruption("embedding key is not 40 bytes".into()))?;
+            self.embeddings.remove(embed_key(EmbedKey(prefix), id))?;
+            match u64::from_be_bytes(prefix).checked_add(1) {
+                Some(next) => from = next.to_be_bytes(),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
         self.views.insert(scope.as_bytes(), bytes)?;
         Ok(())
@@ -508,13 +563,14 @@ impl Backend for SledBackend {
     }
 }
 
-/// The node trees inside one transaction: a node, its deadline, its expiry entry and its
-/// pending-index mark always change together.
+/// The node trees inside one transaction: a node, its deadline, its expiry entry, its
+/// pending-index mark and its fallback mark always change together.
 struct NodeTx<'a> {
     nodes: &'a TransactionalTree,
     expiry: &'a TransactionalTree,
     deadlines: &'a TransactionalTree,
     unindexed: &'a TransactionalTree,
+    fallbacks: &'a TransactionalTree,
 }
 
 type TxResult<T> = std::result::Result<T, ConflictableTransactionError<()>>;
@@ -535,7 +591,7 @@ impl NodeTx<'_> {
         Ok(())
     }
 
-    fn put(&self, node: &Node, value: &[u8]) -> TxResult<()> {
+    fn put(&self, node: &Node, value: &[u8], mark: Option<&[u8]>) -> TxResult<()> {
         if let Some(old_at) = self.old_deadline(&node.id)?
             && old_at != u64::MAX
         {
@@ -548,6 +604,10 @@ impl NodeTx<'_> {
         if let Some(at) = node.expires_at {
             self.expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
         }
+        match mark {
+            Some(m) => self.fallbacks.insert(&node.id.0[..], m)?,
+            None => self.fallbacks.remove(&node.id.0[..])?,
+        };
         self.mark_pending(&node.id)
     }
 
@@ -558,6 +618,7 @@ impl NodeTx<'_> {
             self.expiry.remove(&expiry_key(at, id)[..])?;
         }
         self.deadlines.remove(&id.0[..])?;
+        self.fallbacks.remove(&id.0[..])?;
         let existed = self.nodes.remove(&id.0[..])?.is_some();
         if existed {
             self.mark_pending(id)?;

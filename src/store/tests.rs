@@ -212,6 +212,49 @@ fn vectors_views_and_jobs(s: &Store) {
     s.flush().unwrap();
 }
 
+fn fallback_marks_live_and_die_with_their_node(s: &Store) {
+    use crate::node::FallbackMark;
+    assert!(!s.has_fallback_marks());
+    s.put_node_marked(&node(1, Some(100)), Some(FallbackMark::ModelUnavailable))
+        .unwrap();
+    s.put_node_marked(&node(2, None), Some(FallbackMark::Unfaithful))
+        .unwrap();
+    s.put_node(&node(3, Some(100))).unwrap();
+    assert_eq!(
+        s.fallback_mark(&NodeId([1; 32])).unwrap(),
+        Some(FallbackMark::ModelUnavailable)
+    );
+    assert_eq!(s.fallback_mark(&NodeId([3; 32])).unwrap(), None);
+    assert_eq!(
+        s.fallback_counts().unwrap(),
+        FallbackCounts {
+            nodes: 2,
+            awaiting_model: 1
+        }
+    );
+    // A model-made rewrite clears the mark; removal and sweeps take it with the node.
+    s.put_node(&node(2, None)).unwrap();
+    assert_eq!(s.fallback_mark(&NodeId([2; 32])).unwrap(), None);
+    s.sweep(100).unwrap();
+    assert!(!s.has_fallback_marks());
+    s.put_node_marked(&node(4, None), Some(FallbackMark::Empty))
+        .unwrap();
+    s.remove_node(&NodeId([4; 32])).unwrap();
+    assert!(!s.has_fallback_marks());
+    // A node's vectors go with `remove_node_embeddings`, of every embedder.
+    let (m1, m2) = (EmbedKey::of("one"), EmbedKey::of("two"));
+    s.put_embeddings(
+        m1,
+        &[(NodeId([5; 32]), vec![1.0]), (NodeId([6; 32]), vec![1.0])],
+    )
+    .unwrap();
+    s.put_embeddings(m2, &[(NodeId([5; 32]), vec![1.0])])
+        .unwrap();
+    s.remove_node_embeddings(&NodeId([5; 32])).unwrap();
+    assert_eq!(s.n_embeddings(), 1);
+    assert!(s.has_embedding(m1, &NodeId([6; 32])).unwrap());
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod sled_backend {
@@ -229,4 +272,5 @@ conformance!(
     a_source_step_writes_and_removes_together,
     composite_keys_cannot_collide,
     vectors_views_and_jobs,
+    fallback_marks_live_and_die_with_their_node,
 );

@@ -256,7 +256,23 @@ fn a_json_build_against_a_dead_model_warns_on_stderr() {
     assert!(
         lines[0].starts_with(&format!(
             "warning: d: {fallbacks} node(s) made by the offline fallback"
+        )) && lines[0].ends_with(&format!(
+            "the next compress makes {fallbacks} node(s) again with the model"
         )),
         "{err}"
     );
+    // `stats` counts the marked nodes (the next compress with the model remakes them).
+    let marked = v["fallback_nodes"].as_u64().unwrap();
+    assert_eq!(marked, fallbacks);
+    let (code, out, _) = strata(&db, &["stats"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains(&format!(
+            "{marked} node(s) made by the offline fallback or over it; {marked} to be made again"
+        )),
+        "{out}"
+    );
+    let (_, out, _) = strata(&db, &["--json", "stats"]);
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["fallbacks"]["nodes"], marked);
 }

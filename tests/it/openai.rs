@@ -628,6 +628,203 @@ fn dropping_a_build_cancels_its_outstanding_calls() {
     check_tree(&e, "d");
 }
 
+/// The DETAILED, SUMMARY and ABSTRACT ids of a plan (the nodes a model makes).
+fn model_made(plan: &strata::plan::Plan) -> Vec<strata::NodeId> {
+    let mut ids: Vec<_> = plan.chunks.iter().map(|c| c.detailed).collect();
+    ids.extend(plan.groups.iter().map(|g| g.summary));
+    ids.push(plan.abstract_id);
+    ids
+}
+
+/// Issue 9: a node the fallback made during an outage was stored under the model's id,
+/// so it was never made again once the model was back (until its TTL; never with
+/// `ttl_secs = 0`).
+#[test]
+fn nodes_made_during_an_outage_are_retried_when_the_model_is_back() {
+    use strata::node::FallbackMark;
+    for ttl in [3600, 0] {
+        let rt = rt();
+        let (mock, url) = serve(&rt);
+        mock.set(|_| Reply::Status(500, vec![]));
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let mut c = cfg(&url);
+        c.store.ttl_secs = ttl;
+        let e = Engine::open(&db, c.clone()).unwrap();
+        e.ingest_files("d", None, &[debate_file(dir.path())], T0)
+            .unwrap();
+        let r = build(&rt, &e);
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        // 6 DETAILED, 2 SUMMARY, 1 ABSTRACT: every one made by the fallback, and marked.
+        assert_eq!((r.fallbacks, r.model_errors), (9, 18), "ttl {ttl}");
+        assert_eq!(
+            (
+                r.fallback_nodes,
+                r.fallback_awaiting_model,
+                r.fallback_retried
+            ),
+            (9, 9, 0)
+        );
+        let plan = e.plan("d").unwrap();
+        for id in model_made(&plan) {
+            assert_eq!(
+                e.store().fallback_mark(&id).unwrap(),
+                Some(FallbackMark::ModelUnavailable)
+            );
+        }
+        // METADATA is made from the FULL text, never by a model: not marked.
+        for id in plan.metadata.values() {
+            assert_eq!(e.store().fallback_mark(id).unwrap(), None);
+        }
+        let s = e.stats(T0).unwrap();
+        assert_eq!((s.fallbacks.nodes, s.fallbacks.awaiting_model), (9, 9));
+
+        // Still down: tried again, made by the fallback again, still marked.
+        let r = build(&rt, &e);
+        assert_eq!((r.fallback_retried, r.fallbacks, r.nodes_built), (9, 9, 9));
+        assert_eq!(r.fallback_awaiting_model, 9);
+        drop(e);
+
+        // The model is back (after a restart: the marks are durable). Exactly the marked
+        // nodes are made again, one call each, and their marks are cleared.
+        mock.set(good);
+        let e = Engine::open(&db, c).unwrap();
+        let before = mock.total();
+        let r = build(&rt, &e);
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        assert_eq!(mock.total() - before, 9, "ttl {ttl}");
+        assert_eq!(
+            (
+                r.model_calls,
+                r.fallback_retried,
+                r.nodes_built,
+                r.fallbacks
+            ),
+            (9, 9, 9, 0)
+        );
+        assert_eq!((r.fallback_nodes, r.fallback_awaiting_model), (0, 0));
+        assert!(!e.store().has_fallback_marks());
+        assert_eq!(e.stats(T0).unwrap().fallbacks.nodes, 0);
+        check_tree(&e, "d");
+        let c = chunk_with(&plan, &e, "The 2029 audit");
+        assert_eq!(
+            e.node(&c.detailed, T0).unwrap().text,
+            "The 2029 audit put the cost at $1.57 billion, far above the original estimate."
+        );
+        // The index serves the model's text, not the fallback's.
+        let hits = e
+            .grep(
+                &["d".into()],
+                "far above the original estimate",
+                &[Level::Detailed],
+                3,
+                T0,
+            )
+            .unwrap();
+        assert_eq!(
+            hits.first().map(|h| h.id.clone()),
+            Some(c.detailed.to_hex())
+        );
+
+        // Nothing is marked any more: all cache hits.
+        let r = build(&rt, &e);
+        assert_eq!(
+            (r.model_calls, r.nodes_built, r.fallback_retried),
+            (0, 0, 0)
+        );
+        assert_eq!(mock.total() - before, 9);
+    }
+}
+
+/// Only what the outage touched is made again: the node the model did not answer for,
+/// and the SUMMARY and ABSTRACT built over it. An output the model did return but that
+/// was rejected stays marked with its reason and is not retried (at temperature 0 the
+/// model would say the same).
+#[test]
+fn only_the_path_over_an_outage_is_retried() {
+    use strata::node::FallbackMark;
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| match c.kind {
+        Kind::Detailed if c.has("POISON_NUM") => Reply::Status(503, vec![]),
+        Kind::Detailed if c.has("POISON_EMPTY") => Reply::Text("   ".into()),
+        _ => good(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(cfg(&url), dir.path());
+    let r = build(&rt, &e);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!((r.fallbacks, r.empty, r.model_errors), (2, 2, 2));
+    let plan = e.plan("d").unwrap();
+    let mark = |id: &strata::NodeId| e.store().fallback_mark(id).unwrap();
+    let num = chunk_with(&plan, &e, "POISON_NUM").detailed;
+    let empty = chunk_with(&plan, &e, "POISON_EMPTY").detailed;
+    let round2 = plan
+        .groups
+        .iter()
+        .find(|g| g.chunks.iter().any(|&ci| plan.chunks[ci].detailed == num))
+        .unwrap()
+        .summary;
+    assert_eq!(mark(&num), Some(FallbackMark::ModelUnavailable));
+    assert_eq!(mark(&empty), Some(FallbackMark::Empty));
+    assert_eq!(mark(&round2), Some(FallbackMark::BuiltOverFallback));
+    assert_eq!(
+        mark(&plan.abstract_id),
+        Some(FallbackMark::BuiltOverFallback)
+    );
+    let unmarked = model_made(&plan)
+        .into_iter()
+        .filter(|id| mark(id).is_none())
+        .count();
+    assert_eq!(unmarked, 9 - 4);
+    assert_eq!((r.fallback_nodes, r.fallback_awaiting_model), (4, 3));
+
+    // The server recovers (the empty answer is what the model says, every time).
+    mock.set(|c| match c.kind {
+        Kind::Detailed if c.has("POISON_EMPTY") => Reply::Text("   ".into()),
+        _ => good(c),
+    });
+    let calls = |k| mock.requests(k);
+    let before = [
+        calls(Kind::Detailed),
+        calls(Kind::Summary),
+        calls(Kind::Abstract),
+    ];
+    let r = build(&rt, &e);
+    let after = [
+        calls(Kind::Detailed),
+        calls(Kind::Summary),
+        calls(Kind::Abstract),
+    ];
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [1, 1, 1],
+        "the POISON_NUM DETAILED, its round's SUMMARY and the ABSTRACT"
+    );
+    assert_eq!(
+        (r.model_calls, r.fallback_retried, r.nodes_built),
+        (3, 3, 3)
+    );
+    assert_eq!((r.fallback_nodes, r.fallback_awaiting_model), (1, 0));
+    assert_eq!(mark(&num), None);
+    assert_eq!(
+        mark(&round2),
+        None,
+        "built over a rejected output: not retried"
+    );
+    assert_eq!(mark(&plan.abstract_id), None);
+    assert_eq!(mark(&empty), Some(FallbackMark::Empty));
+    check_tree(&e, "d");
+
+    let r = build(&rt, &e);
+    assert_eq!((r.model_calls, r.nodes_built), (0, 0));
+    assert_eq!((r.fallback_nodes, r.fallback_awaiting_model), (1, 0));
+}
+
 // ---------------------------------------------------------------- navigation
 
 fn nav_cfg(url: &str) -> Config {

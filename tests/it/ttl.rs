@@ -156,3 +156,79 @@ fn warming_rebuilds_what_would_expire_soon() {
             .unwrap()
     );
 }
+
+/// Fallback marks are written, replaced and removed with their node, never on their own.
+#[test]
+fn fallback_marks_live_and_die_with_their_node() {
+    use strata::node::FallbackMark;
+    use strata::store::{EmbedKey, FallbackCounts};
+    let store = Store::temporary().unwrap();
+    let counts = |nodes, awaiting_model| FallbackCounts {
+        nodes,
+        awaiting_model,
+    };
+    assert!(!store.has_fallback_marks());
+    store
+        .put_node_marked(&node(1, Some(100)), Some(FallbackMark::ModelUnavailable))
+        .unwrap();
+    store
+        .put_node_marked(&node(2, None), Some(FallbackMark::Unfaithful))
+        .unwrap();
+    store.put_node(&node(3, None)).unwrap();
+    let mark = |k: u8| store.fallback_mark(&NodeId([k; 32])).unwrap();
+    assert_eq!(mark(1), Some(FallbackMark::ModelUnavailable));
+    assert_eq!(mark(2), Some(FallbackMark::Unfaithful));
+    assert_eq!(mark(3), None);
+    assert_eq!(store.fallback_counts().unwrap(), counts(2, 1));
+
+    // Made again while the model is still down: still marked. Made by the model: cleared.
+    store
+        .put_node_marked(&node(1, Some(200)), Some(FallbackMark::BuiltOverFallback))
+        .unwrap();
+    assert_eq!(mark(1), Some(FallbackMark::BuiltOverFallback));
+    store.put_node(&node(2, None)).unwrap();
+    assert_eq!(mark(2), None);
+    assert_eq!(store.fallback_counts().unwrap(), counts(1, 1));
+
+    // Expired and swept, or removed: the mark goes with the node.
+    assert_eq!(store.sweep(200).unwrap(), vec![NodeId([1; 32])]);
+    assert_eq!(mark(1), None);
+    store
+        .put_node_marked(&node(4, None), Some(FallbackMark::Empty))
+        .unwrap();
+    assert!(store.remove_node(&NodeId([4; 32])).unwrap());
+    assert_eq!(mark(4), None);
+    assert!(!store.has_fallback_marks());
+
+    // A node remade under its id loses the vectors of its old text, for every embedder.
+    let (a, b) = (EmbedKey::of("embedder a"), EmbedKey::of("embedder b"));
+    for k in [a, b] {
+        store
+            .put_embeddings(
+                k,
+                &[(NodeId([3; 32]), vec![1.0]), (NodeId([5; 32]), vec![1.0])],
+            )
+            .unwrap();
+    }
+    store.remove_node_embeddings(&NodeId([3; 32])).unwrap();
+    for k in [a, b] {
+        assert!(!store.has_embedding(k, &NodeId([3; 32])).unwrap());
+        assert!(store.has_embedding(k, &NodeId([5; 32])).unwrap());
+    }
+}
+
+/// The offline compressor is its own fallback: nothing it makes is marked.
+#[test]
+fn the_offline_compressor_marks_nothing() {
+    let rt = rt();
+    let e = samples(Config::default());
+    for scope in ["debate", "docs"] {
+        let r = compress(&rt, &e, scope, T0);
+        assert_eq!(
+            (r.fallbacks, r.fallback_nodes, r.fallback_retried),
+            (0, 0, 0)
+        );
+    }
+    assert!(!e.store().has_fallback_marks());
+    assert_eq!(e.stats(T0).unwrap().fallbacks.nodes, 0);
+}
