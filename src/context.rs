@@ -82,6 +82,15 @@ impl Item {
 
 const OVERVIEW: usize = 0;
 
+/// The one rule for a window's budget: at least one token. Entry points call it before
+/// they build anything; [`window`] calls it too.
+pub fn check_budget(budget: usize) -> Result<()> {
+    if budget == 0 {
+        return Err(Error::invalid("the budget must be at least 1 token"));
+    }
+    Ok(())
+}
+
 /// Builds a window for `scope`; the caller has made sure its tree is live.
 pub fn window(
     engine: &Engine,
@@ -90,9 +99,7 @@ pub fn window(
     budget: usize,
     now: u64,
 ) -> Result<ContextWindow> {
-    if budget == 0 {
-        return Err(Error::invalid("the budget must be at least 1 token"));
-    }
+    check_budget(budget)?;
     let (items, omitted_before) = match choice {
         LevelChoice::Fixed(level) => fixed(engine, plan, level, budget, now)?,
         LevelChoice::Auto => auto(engine, plan, budget, now)?,

@@ -764,7 +764,7 @@ impl Engine {
     /// A live node of `plan`, or a clear error when the build could not make it.
     pub fn node(&self, id: &NodeId, now: u64) -> Result<Node> {
         self.store.get_live(id, now)?.ok_or_else(|| {
-            Error::invalid(format!(
+            Error::NotBuilt(format!(
                 "node {id} is not available (its build failed; see `strata compress`)"
             ))
         })
@@ -789,11 +789,42 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<ContextWindow> {
-        if budget == 0 {
-            return Err(Error::invalid("the budget must be at least 1 token"));
-        }
+        crate::context::check_budget(budget)?;
         let (plan, _) = self.ensure_built(scope, now, progress).await?;
         crate::context::window(self, &plan, choice, budget, now)
+    }
+
+    /// The tree a caller that must not wait for a rebuild is served from: the newest
+    /// complete view ([`Engine::view`], with the levels that lag the sources), or, when
+    /// there is none (first request, everything expired), the current tree built now.
+    /// The build report says whether it built.
+    pub async fn serving_view(&self, scope: &str, now: u64) -> Result<(View, Option<BuildReport>)> {
+        if let Some(v) = self.view(scope, now)? {
+            return Ok((v, None));
+        }
+        let (plan, report) = self
+            .ensure_built(scope, now, &crate::build::NoProgress)
+            .await?;
+        Ok((
+            View {
+                plan,
+                stale: Vec::new(),
+                pending_sources: 0,
+            },
+            report,
+        ))
+    }
+
+    /// Whether `scope`'s levels expire within `ahead` seconds of `now` (a warming job
+    /// should rebuild them first). Every node of a build shares its deadline, so the
+    /// ABSTRACT tells for all.
+    pub fn expires_within(&self, scope: &str, now: u64, ahead: u64) -> Result<bool> {
+        let plan = self.plan(scope)?;
+        Ok(self
+            .store
+            .get_node(&plan.abstract_id)?
+            .and_then(|n| n.expires_at)
+            .is_some_and(|at| at <= now + ahead))
     }
 
     /// Answers `question` over `scopes` (all scopes when empty) with cited source spans.

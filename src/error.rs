@@ -37,6 +37,10 @@ pub enum Error {
     /// A sub-model call failed after its retries.
     #[error("model: {0}")]
     Model(#[from] crate::model::ModelError),
+    /// A node the request needs does not exist because its build failed (or has not run):
+    /// the request was fine, the engine cannot serve it yet.
+    #[error("{0}")]
+    NotBuilt(String),
     /// A configuration file or variable is wrong.
     #[error("config: {0}")]
     Config(String),

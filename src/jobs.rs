@@ -77,7 +77,10 @@ pub struct Jobs {
     /// Guards claim/enqueue so two workers never take the same job. A std Mutex: never held
     /// across an await.
     lock: Mutex<HashSet<String>>,
+    /// Wakes idle workers: a job was queued, or a scope a worker held became free.
     wake: Notify,
+    /// Counts finished (or parked) jobs: `wait` watches it instead of polling.
+    finished: watch::Sender<u64>,
 }
 
 /// Called when a job changes state (metrics).
@@ -97,6 +100,7 @@ impl Jobs {
             store,
             lock: Mutex::new(HashSet::new()),
             wake: Notify::new(),
+            finished: watch::channel(0).0,
         })
     }
 
@@ -127,8 +131,30 @@ impl Jobs {
         self.store.put_job(job.id, &job)?;
         self.store.flush()?;
         drop(_g);
-        self.wake.notify_one();
+        self.wake.notify_waiters();
         Ok((job, false))
+    }
+
+    /// Waits until job `id` is done or failed, at most `timeout`; returns the job as it is
+    /// then (`None`: no such job). Woken by every job's end, never by polling.
+    pub async fn wait(&self, id: u64, timeout: Duration) -> Result<Option<Job>> {
+        let mut finished = self.finished.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Seen before the check, so an end between the check and the wait still wakes.
+            finished.borrow_and_update();
+            let job = self.get(id)?;
+            match &job {
+                Some(j) if matches!(j.state, JobState::Queued | JobState::Running) => {}
+                _ => return Ok(job),
+            }
+            if tokio::time::timeout_at(deadline, finished.changed())
+                .await
+                .is_err()
+            {
+                return self.get(id);
+            }
+        }
     }
 
     pub fn get(&self, id: u64) -> Result<Option<Job>> {
@@ -188,7 +214,7 @@ impl Jobs {
         drop(busy);
         // Another job for this scope may have been waiting for it.
         self.wake.notify_waiters();
-        self.wake.notify_one();
+        self.finished.send_modify(|n| *n += 1);
         Ok(())
     }
 }
@@ -227,15 +253,17 @@ pub fn spawn_workers(
                     if *shutdown.borrow() {
                         break;
                     }
+                    // Registered before the claim: a job queued or a scope freed between
+                    // the claim and the wait still wakes this worker.
+                    let woken = jobs.wake.notified();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
                     let job = match jobs.claim(unix_now()) {
                         Ok(Some(j)) => j,
                         Ok(None) => {
                             tokio::select! {
-                                _ = jobs.wake.notified() => {}
+                                _ = woken => {}
                                 _ = shutdown.changed() => {}
-                                // A claim can be refused because another worker holds the
-                                // scope; poll now and then in case its wake-up was missed.
-                                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                             }
                             continue;
                         }

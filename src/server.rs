@@ -72,6 +72,7 @@ impl From<Error> for ApiError {
         let status = match &e {
             Error::Invalid(_) | Error::Io { .. } | Error::Config(_) => StatusCode::BAD_REQUEST,
             Error::UnknownScope { .. } => StatusCode::NOT_FOUND,
+            Error::NotBuilt(_) | Error::InUse(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() {
@@ -227,18 +228,10 @@ async fn warm(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
             .map(|(s, _)| s.clone())
             .collect();
         for scope in busy {
-            let Ok(plan) = state.engine.plan(&scope) else {
-                continue;
-            };
-            // Every node of a build shares its deadline, so the ABSTRACT tells for all.
             let expiring = state
                 .engine
-                .store()
-                .get_node(&plan.abstract_id)
-                .ok()
-                .flatten()
-                .and_then(|n| n.expires_at)
-                .is_some_and(|at| at <= now + ahead);
+                .expires_within(&scope, now, ahead)
+                .unwrap_or(false);
             if expiring && let Err(e) = state.jobs.enqueue(&scope, JobKind::Warm, now) {
                 tracing::warn!(error = %e, %scope, "cannot queue a warming job");
             }
@@ -385,34 +378,21 @@ async fn context(
         .ok_or_else(|| ApiError::bad("the budget query parameter is required (?budget=N)"))?
         .parse()
         .map_err(|_| ApiError::bad("budget must be a positive whole number of tokens"))?;
-    if budget == 0 {
-        return Err(ApiError::bad("the budget must be at least 1 token"));
-    }
+    crate::context::check_budget(budget)?;
     let choice: LevelChoice = level.parse()?;
     let now = unix_now();
-    let (st, scope) = (s.clone(), id.clone());
-    let view = blocking(move || Ok(st.engine.view(&scope, now)?)).await?;
-    let (plan, stale, pending) = match view {
-        Some(v) => (v.plan, v.stale, v.pending_sources),
-        None => {
-            // Nothing complete to serve (first request, or everything expired): build now.
-            let (plan, report) = s
-                .engine
-                .ensure_built(&id, now, &crate::build::NoProgress)
-                .await?;
-            if let Some(r) = report {
-                s.metrics.observe_build(&r);
-            }
-            (plan, Vec::new(), 0)
-        }
-    };
-    let st = s.clone();
+    let (view, report) = s.engine.serving_view(&id, now).await?;
+    if let Some(r) = report {
+        s.metrics.observe_build(&r);
+    }
+    let (st, plan) = (s.clone(), view.plan);
     let window = blocking(move || {
         Ok(crate::context::window(
             &st.engine, &plan, choice, budget, now,
         )?)
     })
     .await?;
+    let (stale, pending) = (view.stale, view.pending_sources);
     Ok(Json(ContextResponse {
         window,
         stale_levels: stale,
@@ -627,12 +607,34 @@ async fn ingest_document(
     ))
 }
 
-async fn job(State(s): State<Arc<AppState>>, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+/// `GET /api/jobs/{id}[?wait=SECS]`: the job; with `wait`, answered when the job is done
+/// or failed, or after at most `wait` seconds (≤ 60), whichever comes first.
+async fn job(
+    State(s): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Job>> {
     let id: u64 = id
         .parse()
         .map_err(|_| ApiError::bad("a job id is a whole number"))?;
-    s.jobs
-        .get(id)?
-        .map(Json)
+    let job = match params.get("wait") {
+        None => s.jobs.get(id)?,
+        Some(w) => {
+            let secs: u64 = w
+                .parse()
+                .ok()
+                .filter(|&n| n <= MAX_JOB_WAIT_SECS)
+                .ok_or_else(|| {
+                    ApiError::bad(format!(
+                        "wait must be a whole number of seconds from 0 to {MAX_JOB_WAIT_SECS}"
+                    ))
+                })?;
+            s.jobs.wait(id, Duration::from_secs(secs)).await?
+        }
+    };
+    job.map(Json)
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")))
 }
+
+/// Longest `?wait=` of `GET /api/jobs/{id}`.
+const MAX_JOB_WAIT_SECS: u64 = 60;

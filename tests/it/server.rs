@@ -82,17 +82,16 @@ impl Server {
         (code, r.json().await.unwrap_or(Value::Null))
     }
 
-    /// Waits (bounded) for a background job to finish.
+    /// Waits (bounded) for a background job to finish: the server answers `?wait=` when
+    /// the job's end is signalled, no polling.
     async fn wait_job(&self, id: u64) -> Value {
-        for _ in 0..500 {
-            let (code, j) = self.get(&format!("/api/jobs/{id}")).await;
-            assert_eq!(code, 200, "{j}");
-            if j["state"] == "done" || j["state"] == "failed" {
-                return j;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("job {id} did not finish");
+        let (code, j) = self.get(&format!("/api/jobs/{id}?wait=60")).await;
+        assert_eq!(code, 200, "{j}");
+        assert!(
+            j["state"] == "done" || j["state"] == "failed",
+            "job {id} did not finish: {j}"
+        );
+        j
     }
 
     async fn metrics(&self) -> String {
@@ -269,6 +268,8 @@ async fn bad_requests_get_clear_4xx_errors() {
         s.post("/api/debates/nope/compress", json!({})).await,
         s.get("/api/debates/nope/refinement-status").await,
         s.get("/api/jobs/abc").await,
+        s.get("/api/jobs/1?wait=forever").await,
+        s.get("/api/jobs/1?wait=61").await,
         s.get("/api/jobs/999999").await,
         s.post(
             "/api/documents",
