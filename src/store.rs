@@ -179,22 +179,26 @@ impl Store {
             path: dir.to_path_buf(),
             err: source,
         })?;
-        let db = sled::Config::new()
-            .path(dir.join("store"))
-            .cache_capacity(256 * 1024 * 1024)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                    Error::Store(sled::Error::Io(std::io::Error::new(
-                        io.kind(),
-                        format!(
-                            "{} is in use by another strata process ({io})",
-                            dir.display()
-                        ),
-                    )))
-                }
-                e => Error::Store(e),
-            })?;
+        // (disk full) Sled files that a full disk or a crash left unreadable are set aside
+        // and the open retried; see `repair`.
+        let (db, repaired) = crate::repair::open_db(&dir.join("store"), || {
+            sled::Config::new().cache_capacity(256 * 1024 * 1024)
+        })
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                Error::Store(sled::Error::Io(std::io::Error::new(
+                    io.kind(),
+                    format!(
+                        "{} is in use by another strata process ({io})",
+                        dir.display()
+                    ),
+                )))
+            }
+            e => Error::from(e),
+        })?;
+        for action in repaired {
+            tracing::warn!("{action}");
+        }
         Self::from_db(db)
     }
 
@@ -203,7 +207,7 @@ impl Store {
         Self::from_db(sled::Config::new().temporary(true).open()?)
     }
 
-    fn from_db(db: sled::Db) -> Result<Store> {
+    pub(crate) fn from_db(db: sled::Db) -> Result<Store> {
         match db.get("format")? {
             Some(v) if v.as_ref() != [FORMAT] => {
                 return Err(Error::DataCorruption(format!(
@@ -254,7 +258,8 @@ impl Store {
                 Ok(())
             })
             .map_err(|e: sled::transaction::TransactionError<()>| match e {
-                sled::transaction::TransactionError::Storage(e) => Error::Store(e),
+                // (disk full) `from`, not `Store`: ENOSPC becomes `DiskFull`.
+                sled::transaction::TransactionError::Storage(e) => Error::from(e),
                 sled::transaction::TransactionError::Abort(()) => {
                     Error::DataCorruption("node write aborted".into())
                 }
@@ -404,7 +409,8 @@ impl Store {
                 Ok(())
             })
             .map_err(|e: sled::transaction::TransactionError<()>| match e {
-                sled::transaction::TransactionError::Storage(e) => Error::Store(e),
+                // (disk full) `from`, not `Store`: ENOSPC becomes `DiskFull`.
+                sled::transaction::TransactionError::Storage(e) => Error::from(e),
                 sled::transaction::TransactionError::Abort(()) => {
                     Error::DataCorruption("source write aborted".into())
                 }
