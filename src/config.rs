@@ -101,11 +101,19 @@ impl Default for LevelConfig {
 pub struct StoreConfig {
     /// Lifetime of derived nodes in seconds; 0 = never expire. FULL nodes never expire.
     pub ttl_secs: u64,
+    /// Free space (MB) a large write must leave on the store's file system, on top of
+    /// 8× its input; a write that would eat into it is refused up front (`disk` module).
+    /// 0 turns the check off: a full disk then fails mid-write, losing nothing
+    /// acknowledged, but the store may need `strata repair` to open again.
+    pub min_free_mb: u64,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { ttl_secs: 3600 }
+        StoreConfig {
+            ttl_secs: 3600,
+            min_free_mb: 64,
+        }
     }
 }
 

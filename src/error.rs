@@ -18,8 +18,8 @@ pub enum Error {
     /// chain does not say it twice.)
     #[error("cannot read {}: {err}", path.display())]
     Io { path: PathBuf, err: std::io::Error },
-    /// The embedded store failed (an I/O error, a full disk...). The cause is part of the
-    /// message, not a `source`, so that a printed chain says it once.
+    /// The embedded store failed (an I/O error, a damaged file...). The cause is part of
+    /// the message, not a `source`, so that a printed chain says it once.
     #[error("store: {0}")]
     Store(String),
     /// Another process holds the store open.
@@ -28,6 +28,10 @@ pub enum Error {
         .0.display()
     )]
     InUse(PathBuf),
+    /// The file system holding the store is full, or would be after this write: the write
+    /// was refused before it began, or failed without touching what was acknowledged before.
+    #[error("disk full: {0}")]
+    DiskFull(String),
     /// The store holds bytes we cannot decode: a newer format or a damaged file.
     #[error("data corruption: {0}")]
     DataCorruption(String),

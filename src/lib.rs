@@ -28,6 +28,7 @@ pub mod build;
 pub mod chunk;
 pub mod config;
 pub mod context;
+pub mod disk;
 pub mod engine;
 pub mod error;
 pub mod eval;
@@ -45,6 +46,7 @@ pub mod plan;
 pub mod server;
 pub mod source;
 pub mod store;
+pub use store::sled::repair;
 pub mod text;
 pub mod token;
 

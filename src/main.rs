@@ -109,6 +109,10 @@ enum Cmd {
     Gc,
     /// Rebuild the full-text index from the store.
     Reindex,
+    /// Recover a store after a full disk or a crash: set aside the sled files it cannot
+    /// read, copy what is readable into a fresh store if part of it is lost, check every
+    /// record, rebuild the index; says what it did.
+    Repair,
     /// Measure answer quality on generated tasks over real text (needles in haystacks,
     /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
     /// eval.svg. Uses its own stores under --out, never --db.
@@ -179,11 +183,15 @@ macro_rules! out {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Only strata's own warnings by default: sled and tantivy log through the `log` crate,
+    // which tracing-subscriber forwards, and a full disk made sled print a dozen lines per
+    // error. `STRATA_LOG=warn` (or any filter) shows them again.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| "strata=warn".into()),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -217,8 +225,17 @@ fn run(cli: Cli) -> Result<()> {
     if let Cmd::Eval(args) = cli.cmd {
         return eval(args, cfg, cli.json);
     }
-    let engine = Engine::open(&cli.db, cfg)
-        .with_context(|| format!("cannot open the store at {}", cli.db.display()))?;
+    if let Cmd::Repair = cli.cmd {
+        return repair(&cli.db, cfg, cli.json);
+    }
+    // (disk full) The engine is dropped only on success. sled's `Drop` flushes, and after a
+    // write that failed for lack of space that flush can wait forever (see `strata::disk`);
+    // a command that fails has acknowledged nothing, and whatever it acknowledged before was
+    // flushed before it was acknowledged, so leaving without that flush loses nothing.
+    let engine = std::mem::ManuallyDrop::new(std::sync::Arc::new(
+        Engine::open(&cli.db, cfg)
+            .with_context(|| format!("cannot open the store at {}", cli.db.display()))?,
+    ));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -232,6 +249,10 @@ fn run(cli: Cli) -> Result<()> {
                 .iter()
                 .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
                 .sum();
+            strata::disk::ensure_room(
+                &cli.db,
+                strata::disk::need_for(total, &engine.config().store),
+            )?;
             let spinner = Bar::spinner(format!(
                 "ingesting {} file(s), {}",
                 files.len(),
@@ -256,6 +277,16 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Compress { scope } => {
+            // What a build writes is bounded by the text of its stale nodes' sources; a scope
+            // with nothing stale writes next to nothing.
+            let s = engine.scope_stats(&scope, now)?;
+            if s.stale > 0 {
+                let text_bytes = s.full_tokens.saturating_mul(4);
+                strata::disk::ensure_room(
+                    &cli.db,
+                    strata::disk::need_for(text_bytes, &engine.config().store),
+                )?;
+            }
             let bar = Bar::new();
             let r = rt.block_on(engine.compress(&scope, now, &bar))?;
             // On stderr in both modes: with --json, stdout stays one JSON document, and a
@@ -439,7 +470,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Serve { addr } => {
             let addr = addr.unwrap_or_else(|| engine.config().server.addr.clone());
-            let engine = std::sync::Arc::new(engine);
+            let engine = std::sync::Arc::clone(&engine);
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind(&addr)
                     .await
@@ -526,7 +557,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Cmd::Eval(_) => unreachable!("handled before the store is opened"),
+        Cmd::Eval(_) | Cmd::Repair => unreachable!("handled before the store is opened"),
         Cmd::Reindex => {
             let n = engine.reindex()?;
             if json {
@@ -535,6 +566,43 @@ fn run(cli: Cli) -> Result<()> {
                 out!("indexed {n} nodes");
             }
         }
+    }
+    drop(std::mem::ManuallyDrop::into_inner(engine));
+    Ok(())
+}
+
+/// `strata repair`: recover what sled can read, then rebuild the index from the store.
+fn repair(db: &std::path::Path, cfg: Config, json: bool) -> Result<()> {
+    let r = strata::repair::repair(db, &cfg)
+        .with_context(|| format!("cannot repair the store at {}", db.display()))?;
+    let engine = Engine::open(db, cfg)
+        .with_context(|| format!("cannot open the repaired store at {}", db.display()))?;
+    let indexed = engine.reindex()?;
+    if json {
+        print_json(&serde_json::json!({ "repair": r, "indexed": indexed }))?;
+    } else {
+        for a in &r.actions {
+            out!("{a}");
+        }
+        for u in &r.undecodable {
+            out!("cannot decode: {u}");
+        }
+        out!(
+            "{}: {} entries in {} trees read back{}{}; index rebuilt from the store ({indexed} nodes)",
+            db.display(),
+            r.entries,
+            r.trees,
+            if r.actions.is_empty() && !r.salvaged {
+                ", nothing to repair"
+            } else {
+                ""
+            },
+            if r.undecodable.is_empty() {
+                String::new()
+            } else {
+                format!(", {} record(s) do not decode", r.undecodable.len())
+            }
+        );
     }
     Ok(())
 }

@@ -36,17 +36,28 @@ use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use std::path::Path;
 
+pub mod repair;
+
 /// The layout of the store (key schemes, trees). 1: `scope \0 source` keys (ambiguous);
 /// 2: length-prefixed keys, the pending-index set written with every node change.
 pub const LAYOUT: u8 = 2;
 
+/// sled's errors as ours: a full disk is its own error whichever write met it, damage
+/// points to `strata repair`, the rest is one line.
 impl From<sled::Error> for Error {
     fn from(e: sled::Error) -> Self {
-        match e {
-            sled::Error::Corruption { at, .. } => Error::DataCorruption(match at {
-                Some(at) => format!("the store's log is damaged at {at:?} (run `strata repair`)"),
-                None => "the store's log is damaged (run `strata repair`)".into(),
-            }),
+        match &e {
+            sled::Error::Io(io) if crate::disk::is_full(io) => Error::DiskFull(
+                "the file system holding the store ran out of space during a write; \
+                 nothing acknowledged before it was lost: free some space and retry"
+                    .into(),
+            ),
+            sled::Error::Corruption { at, .. } => Error::DataCorruption(format!(
+                "sled cannot read part of the store{}; `strata repair` recovers what is readable",
+                at.as_ref()
+                    .map(|p| format!(" (at {p})"))
+                    .unwrap_or_default()
+            )),
             sled::Error::Io(io) => Error::Store(io.to_string()),
             e => Error::Store(e.to_string()),
         }
@@ -124,18 +135,22 @@ impl SledBackend {
             path: dir.to_path_buf(),
             err: source,
         })?;
-        let db = sled::Config::new()
-            .path(dir.join("store"))
-            .cache_capacity(256 * 1024 * 1024)
-            .open()
-            .map_err(|e| match e {
-                // sled reports a store locked by another process as a generic I/O error
-                // whose message carries fs2's raw error; say it once, plainly.
-                sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
-                    Error::InUse(dir.to_path_buf())
-                }
-                e => Error::from(e),
-            })?;
+        // Files a full disk or a crash left unreadable are set aside and the open
+        // retried; see `repair`.
+        let (db, repaired) = repair::open_db(&dir.join("store"), || {
+            sled::Config::new().cache_capacity(256 * 1024 * 1024)
+        })
+        .map_err(|e| match e {
+            // sled reports a store locked by another process as a generic I/O error
+            // whose message carries fs2's raw error; say it once, plainly.
+            sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
+                Error::InUse(dir.to_path_buf())
+            }
+            e => Error::from(e),
+        })?;
+        for action in repaired {
+            tracing::warn!("{action}");
+        }
         Self::from_db(db)
     }
 
@@ -144,7 +159,7 @@ impl SledBackend {
         Self::from_db(sled::Config::new().temporary(true).open()?)
     }
 
-    fn from_db(db: sled::Db) -> Result<SledBackend> {
+    pub(crate) fn from_db(db: sled::Db) -> Result<SledBackend> {
         let layout = match db.get("format")? {
             None => {
                 db.insert("format", &[LAYOUT])?;
