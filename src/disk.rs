@@ -19,6 +19,10 @@ use std::path::Path;
 /// Measured at 4–6× for documents (ingest); 8 keeps a margin for sled's segment churn.
 pub const STORE_FACTOR: u64 = 8;
 
+/// Below this many free bytes a file system counts as full when explaining an error: less
+/// than one of sled's 512 KB log segments.
+pub const NEARLY_FULL: u64 = 512 * 1024;
+
 /// Free bytes that a write of `input` bytes needs: [`STORE_FACTOR`] × `input`, plus the
 /// reserve `store.min_free_mb` keeps for sled's new segments and snapshots and for index
 /// merges. A reserve of 0 turns the check off (`need_for` is then 0).

@@ -194,12 +194,28 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
+    let db = cli.db.clone();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {e:#}{}", disk_full_hint(&e, &db));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// When a command failed on a store whose disk is full, says so: some write paths (the index
+/// writer's threads) report a full disk in words that do not name it.
+fn disk_full_hint(e: &anyhow::Error, db: &std::path::Path) -> String {
+    let named = e
+        .chain()
+        .any(|c| matches!(c.downcast_ref(), Some(strata::Error::DiskFull(_))));
+    match strata::disk::available(db) {
+        Ok(free) if !named && free < strata::disk::NEARLY_FULL => format!(
+            " (disk full: {free} bytes free on the file system of {})",
+            db.display()
+        ),
+        _ => String::new(),
     }
 }
 

@@ -2,6 +2,8 @@
 
 mod bad_input;
 mod cli;
+#[cfg(target_os = "linux")]
+mod diskfull;
 mod eval;
 mod hybrid;
 mod openai;
