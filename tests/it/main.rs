@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cli;
+mod crash;
 mod eval;
 mod hybrid;
 mod openai;
