@@ -8,7 +8,8 @@
 #   STRATA_CRASH_SEED=42 scripts/crash-suite.sh          # repeat a run
 #   STRATA_CRASH_INGEST_RUNS=50 scripts/crash-suite.sh   # any count can be raised
 #
-# Counts: STRATA_CRASH_INGEST_RUNS (20), STRATA_CRASH_COMPRESS_RUNS (20),
+# Counts: STRATA_CRASH_INGEST_RUNS (20), STRATA_CRASH_COMPRESS_RUNS (20) (runs killed
+# mid-way; a run that finished before its kill is repeated),
 # STRATA_CRASH_SERVE_KILLS (10), STRATA_CRASH_DOCS (240 documents of
 # STRATA_CRASH_DOC_BYTES = 6000 bytes on average), STRATA_CRASH_SERVE_PHASE_MS (4000: the
 # longest a server lives before its kill).

@@ -11,8 +11,9 @@
 //! `STRATA_CRASH_SERVE_KILLS`, `STRATA_CRASH_DOCS`, `STRATA_CRASH_DOC_BYTES`,
 //! `STRATA_CRASH_SERVE_PHASE_MS`, `STRATA_CRASH_SEED`), and so does the text the documents
 //! are cut from (`STRATA_CRASH_CORPUS`, default `data/docs`); the defaults keep `cargo
-//! test` short, `scripts/crash-suite.sh` runs the full suite. Each test prints its figures and a `crash-summary` line (which the
-//! script turns into a table) before it asserts.
+//! test` short, `scripts/crash-suite.sh` runs the full suite. Each test prints its
+//! figures and a `crash-summary` line (which the script turns into a table) before it
+//! asserts. docs/RELIABILITY.md has the commands and the results.
 
 use crate::support::*;
 use rand::{Rng, SeedableRng};
@@ -32,7 +33,7 @@ const SCOPE: &str = "docs";
 const FULL_BUDGET: &str = "100000000";
 /// The first line of every generated document (then its number).
 const MARK: &str = "Crash-test document";
-/// Questions about the bundled State of the Union addresses the documents are cut from.
+/// Questions about State of the Union addresses (the text the documents are cut from).
 const QUESTIONS: &[&str] = &[
     "Before what date would a State have to abolish slavery to receive compensation?",
     "What is the first of the four freedoms?",
@@ -616,7 +617,11 @@ fn crash_ingest_killed_and_resumed() {
     );
     let r = reference(corpus(docs, doc_bytes, &mut rng));
     let mut t = Tally::default();
-    for run_no in 1..=runs {
+    // Runs until `runs` of them were killed mid-way (a kill that comes after the process
+    // finished makes a run, not a kill), at most twice as many runs.
+    let mut run_no = 0;
+    while t.kills < runs && run_no < 2 * runs {
+        run_no += 1;
         let tmp = tempfile::tempdir().unwrap();
         let db = tmp.path().join("db");
         let delay = random_delay(&mut rng, r.ingest_time);
@@ -678,7 +683,11 @@ fn crash_compress_killed_and_resumed() {
     );
     let r = reference(corpus(docs, doc_bytes, &mut rng));
     let mut t = Tally::default();
-    for run_no in 1..=runs {
+    // Runs until `runs` of them were killed mid-way (a kill that comes after the process
+    // finished makes a run, not a kill), at most twice as many runs.
+    let mut run_no = 0;
+    while t.kills < runs && run_no < 2 * runs {
+        run_no += 1;
         let tmp = tempfile::tempdir().unwrap();
         let db = tmp.path().join("db");
         copy_dir(&r.ingested.path().join("db"), &db);
