@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cli;
+mod crash;
 #[cfg(target_os = "linux")]
 mod diskfull;
 mod eval;
