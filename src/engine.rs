@@ -50,6 +50,9 @@ pub struct Engine {
     write: std::sync::Mutex<()>,
     /// Serialises [`Engine::sync_index`]: one pass applies and commits at a time.
     index_sync: std::sync::Mutex<()>,
+    /// The store's directory (`None`: in memory), whose file system writes are checked
+    /// against before they begin.
+    dir: Option<PathBuf>,
 }
 
 /// What an ingest did.
@@ -138,7 +141,8 @@ impl Engine {
     pub fn open(dir: &Path, cfg: Config) -> Result<Engine> {
         let store = Store::open(dir)?;
         let (index, fresh) = Index::open(&dir.join("index"))?;
-        let e = Engine::from_parts(store, index, cfg)?;
+        let mut e = Engine::from_parts(store, index, cfg)?;
+        e.dir = Some(dir.to_path_buf());
         if fresh && e.store.n_nodes() > 0 {
             tracing::info!("index missing: rebuilding it from the store");
             e.reindex()?;
@@ -182,6 +186,7 @@ impl Engine {
             limiter: models.limiter,
             write: std::sync::Mutex::new(()),
             index_sync: std::sync::Mutex::new(()),
+            dir: None,
         })
     }
 
@@ -240,6 +245,18 @@ impl Engine {
         self.index.commit()?;
         self.store.clear_pending_index(&pending)?;
         Ok(pending.len())
+    }
+
+    /// Refuses a write of about `input` bytes before it begins when the store's file
+    /// system lacks the room for it (`store.min_free_mb`; see [`crate::disk`]): sled must
+    /// never meet a full disk mid-write.
+    fn ensure_room(&self, input: u64) -> Result<()> {
+        match &self.dir {
+            Some(dir) => {
+                crate::disk::ensure_room(dir, crate::disk::need_for(input, &self.cfg.store))
+            }
+            None => Ok(()),
+        }
     }
 
     /// [`Engine::sync_index`] where a failure must not fail what already succeeded (the
@@ -357,6 +374,7 @@ impl Engine {
                 check_source(s)?;
             }
         }
+        self.ensure_room(files.iter().map(|f| f.bytes).sum())?;
         let prepared: Vec<Vec<Option<Vec<Chunk>>>> = files
             .iter()
             .map(|f| {
@@ -582,6 +600,7 @@ impl Engine {
         // Validate and chunk before the lock; the id only names the source.
         let probe = source::turn_input(format!("{scope}#turn"), turn)?;
         check_source(&probe)?;
+        self.ensure_room(probe.text.len() as u64)?;
         let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
         let (report, id) = {
             let _w = self.write.lock().expect("write lock poisoned");
@@ -648,6 +667,11 @@ impl Engine {
     ) -> Result<(BuildReport, Plan)> {
         let rec = self.scope(scope)?;
         let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
+        if !self.is_complete(&plan, now)? {
+            // A build writes at most about its scope's text again per level (~4 bytes a
+            // token); a scope with nothing stale writes next to nothing.
+            self.ensure_room(plan.full_tokens.saturating_mul(4))?;
+        }
         let builder = Builder {
             store: &self.store,
             plan: &plan,

@@ -236,3 +236,30 @@ fn appends_are_searchable_at_the_next_query() {
     let s = e.stats(T0).unwrap();
     assert_eq!((s.indexed_docs, s.unindexed), (s.nodes as u64, 0), "{s:?}");
 }
+
+// Every write path checks for room before it begins (not only the CLI): a reserve larger
+// than any disk refuses ingest, append and build in one line and writes nothing.
+#[test]
+fn writes_are_refused_up_front_when_the_disk_lacks_room() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    {
+        let e = Engine::open(&db, Config::default()).unwrap();
+        e.append("x", turn(1, "ana", "A turn written while there was room."), T0)
+            .unwrap();
+    }
+    let mut cfg = Config::default();
+    cfg.store.min_free_mb = u64::MAX >> 21;
+    let e = Engine::open(&db, cfg).unwrap();
+    let full = |r: strata::Result<()>| {
+        let m = r.unwrap_err().to_string();
+        assert!(m.starts_with("disk full:") && !m.contains('\n'), "{m}");
+    };
+    full(e.append("x", turn(2, "bo", "No room for this one."), T0).map(drop));
+    let p = write(dir.path(), "a.md", "A document with no room to go.\n");
+    full(e.ingest_files("kb", None, &[p], T0).map(drop));
+    full(rt.block_on(e.compress("x", T0, &NoProgress)).map(drop));
+    assert_eq!(e.scope_names().unwrap(), ["x"]);
+    assert_eq!(e.scope_stats("x", T0).unwrap().sources, 1);
+}
