@@ -172,7 +172,7 @@ impl Index {
                 doc.add_text(f.text, &n.text);
                 // Who, when and where: a question naming a speaker, a round or a document
                 // ("what did chen propose", "Kennedy's 1961 address") routes on these.
-                let label = crate::navigate::context_label(n);
+                let label = crate::node::context_label(n);
                 if !label.is_empty() {
                     doc.add_text(f.text, &label);
                 }

@@ -3,7 +3,7 @@
 //! calls `grep`, so every level's candidate selection becomes hybrid when the engine has an
 //! embedder.
 
-use super::{Explorer, Place};
+use super::explore::{Explorer, Place};
 use crate::error::Result;
 use crate::hybrid::rrf_weighted;
 use crate::level::Level;
