@@ -17,17 +17,17 @@ use super::{Explorer, QueryResult};
 use crate::error::Result;
 use crate::index::Grep;
 use crate::level::Level;
-use crate::model::{ChatModel, prompts};
-use crate::node::{NodeId, context_label};
+use crate::model::{ChatModel, ModelError, prompts};
+use crate::node::NodeId;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 
 mod actions;
 mod quote;
 mod reply;
+mod view;
 
-use reply::{Action, Intent, Turn, parse_json};
+use reply::{Action, Intent, QuoteRef, Turn, parse_json};
 
 /// Working-set entries shown to the model per turn (the rest are listed as a count).
 const SHOWN: usize = 30;
@@ -54,8 +54,34 @@ struct Nav<'e, 'a> {
     read: HashSet<NodeId>,
     /// Model outputs rejected (malformed, unknown ids, unverifiable quotes).
     invalid: u64,
+    /// Replies in a row that could not be used (two end the loop).
+    bad_replies: u32,
+    /// Answers that were not ready and were sent back for refinement.
+    refinements: u32,
     /// The best answer the model gave that was not ready, kept for when turns run out.
     best: Option<(Vec<Cited>, f64)>,
+}
+
+/// A root-model reply: a JSON object, or why it cannot be used.
+enum Reply {
+    Json(Value),
+    Unusable(String),
+}
+
+/// What the loop does after a turn.
+enum Flow {
+    Continue,
+    /// Stop asking: the best answer so far stands, else the offline policy answers.
+    Stop,
+    /// The verified answer, with its confidence.
+    Finish(Vec<Cited>, f64),
+    FallBack(String),
+}
+
+/// The outcome of asking for the next turn.
+enum Next {
+    Act(Turn),
+    Then(Flow),
 }
 
 /// Answers `question` with `root` choosing the steps; `helper` serves `partition_map`.
@@ -65,19 +91,7 @@ pub async fn run(
     root: &dyn ChatModel,
     helper: &dyn ChatModel,
 ) -> Result<QueryResult> {
-    let mut nav = Nav {
-        intent: Intent::default(),
-        ex,
-        question,
-        hypothesis: String::new(),
-        notes: Vec::new(),
-        observation: String::new(),
-        handles: HashMap::new(),
-        by_handle: HashMap::new(),
-        read: HashSet::new(),
-        invalid: 0,
-        best: None,
-    };
+    let mut nav = Nav::new(ex, question);
     nav.ex.step(
         "policy",
         format!(
@@ -86,247 +100,274 @@ pub async fn run(
             prompts::NAV_VERSION
         ),
     );
-    nav.intent = match nav.ask(root, prompts::intent(question)).await {
-        Ok(Ok(v)) => match Intent::from_json(&v) {
-            Ok(i) => i,
-            Err(e) => {
-                nav.invalid += 1;
-                nav.ex.step("invalid", format!("intent: {e}"));
-                Intent::heuristic(&nav.ex, question)
-            }
-        },
-        Ok(Err(e)) => {
-            nav.invalid += 1;
-            nav.ex.step("invalid", format!("intent: {e}"));
-            Intent::heuristic(&nav.ex, question)
+    if let Err(e) = nav.freeze_intent(root).await {
+        return nav.fall_back(format!("the root model failed: {e}"));
+    }
+    nav.start()?;
+    loop {
+        let last = nav.last_turn();
+        let flow = match nav.next_turn(root, last).await? {
+            Next::Act(turn) => nav.act(turn, helper, last).await?,
+            Next::Then(flow) => flow,
+        };
+        match flow {
+            Flow::Continue => {}
+            Flow::Stop => break,
+            Flow::Finish(cited, confidence) => return nav.finish(cited, confidence),
+            Flow::FallBack(why) => return nav.fall_back(why),
         }
-        Err(e) => return nav.fall_back(format!("the root model failed: {e}")),
-    };
-    let i = &nav.intent;
-    nav.ex.step(
-        "intent",
-        format!(
+    }
+    nav.conclude()
+}
+
+impl<'e, 'a> Nav<'e, 'a> {
+    fn new(ex: Explorer<'a>, question: &'e str) -> Self {
+        Nav {
+            ex,
+            question,
+            intent: Intent::default(),
+            hypothesis: String::new(),
+            notes: Vec::new(),
+            observation: String::new(),
+            handles: HashMap::new(),
+            by_handle: HashMap::new(),
+            read: HashSet::new(),
+            invalid: 0,
+            bad_replies: 0,
+            refinements: 0,
+            best: None,
+        }
+    }
+
+    /// Asks the root model what the question asks (an invalid reply: the question's own
+    /// words stand in). Err only when the model itself failed.
+    async fn freeze_intent(&mut self, root: &dyn ChatModel) -> Result<(), ModelError> {
+        let question = self.question;
+        self.intent = match self.ask(root, prompts::intent(question)).await? {
+            Reply::Json(v) => match Intent::from_json(&v) {
+                Ok(i) => i,
+                Err(e) => {
+                    self.invalid += 1;
+                    self.ex.step("invalid", format!("intent: {e}"));
+                    Intent::heuristic(&self.ex, question)
+                }
+            },
+            Reply::Unusable(e) => {
+                self.invalid += 1;
+                self.ex.step("invalid", format!("intent: {e}"));
+                Intent::heuristic(&self.ex, question)
+            }
+        };
+        let i = &self.intent;
+        let detail = format!(
             "entity {:?}, attribute {:?}, output {}, keywords {}",
             i.entity,
             i.attribute,
             i.output_type,
             i.keywords.join(", ")
-        ),
-    );
-    nav.start()?;
+        );
+        self.ex.step("intent", detail);
+        Ok(())
+    }
 
-    let mut bad_replies = 0;
-    let mut refinements = 0;
-    loop {
-        let last = nav.ex.exhausted()
-            || nav.ex.iterations + 1 >= nav.ex.cfg.max_iterations
-            || nav.ex.budget_left() == 0;
-        let state = nav.render(last)?;
-        let turn = match nav.ask(root, prompts::navigate(&state)).await {
-            Err(e) if nav.best.is_some() => {
-                nav.ex.history.push(format!(
+    /// True when this turn must finish: a budget is spent or this is the last iteration.
+    fn last_turn(&self) -> bool {
+        self.ex.exhausted()
+            || self.ex.iterations + 1 >= self.ex.cfg.max_iterations
+            || self.ex.budget_left() == 0
+    }
+
+    /// Shows the model the state and reads its next action. A reply that cannot be used
+    /// costs a turn (two in a row, or on the last turn, end the loop).
+    async fn next_turn(&mut self, root: &dyn ChatModel, last: bool) -> Result<Next> {
+        let state = self.render(last)?;
+        let parsed = match self.ask(root, prompts::navigate(&state)).await {
+            Err(e) if self.best.is_some() => {
+                self.ex.history.push(format!(
                     "the root model failed ({e}): the best answer so far stands"
                 ));
-                break;
-            }
-            Err(e) => return nav.fall_back(format!("the root model failed: {e}")),
-            Ok(Err(e)) => Err(e),
-            Ok(Ok(v)) => Turn::from_json(&v),
-        };
-        let turn = match turn {
-            Ok(t) => {
-                bad_replies = 0;
-                t
+                return Ok(Next::Then(Flow::Stop));
             }
             Err(e) => {
-                nav.invalid += 1;
-                bad_replies += 1;
-                nav.ex.step("invalid", e.clone());
-                nav.account(false, &format!("invalid reply: {e}"));
-                nav.observation = format!(
+                return Ok(Next::Then(Flow::FallBack(format!(
+                    "the root model failed: {e}"
+                ))));
+            }
+            Ok(Reply::Unusable(e)) => Err(e),
+            Ok(Reply::Json(v)) => Turn::from_json(&v),
+        };
+        match parsed {
+            Ok(t) => {
+                self.bad_replies = 0;
+                Ok(Next::Act(t))
+            }
+            Err(e) => {
+                self.invalid += 1;
+                self.bad_replies += 1;
+                self.ex.step("invalid", e.clone());
+                self.account(false, &format!("invalid reply: {e}"));
+                self.observation = format!(
                     "Your last reply was rejected: {e}. Reply with one JSON object as described."
                 );
-                if bad_replies >= 2 || last {
-                    break;
-                }
-                continue;
+                Ok(Next::Then(if self.bad_replies >= 2 || last {
+                    Flow::Stop
+                } else {
+                    Flow::Continue
+                }))
             }
-        };
+        }
+    }
+
+    /// Carries out one turn's action (the last turn may only finish).
+    async fn act(&mut self, turn: Turn, helper: &dyn ChatModel, last: bool) -> Result<Flow> {
         if !turn.hypothesis.is_empty() {
-            nav.hypothesis = turn.hypothesis.clone();
+            self.hypothesis = turn.hypothesis.clone();
         }
         if !turn.learned.is_empty() {
-            nav.notes.push(turn.learned.clone());
+            self.notes.push(turn.learned.clone());
         }
         match turn.action {
             Action::Finish {
                 quotes,
                 confidence,
                 ready,
-            } => {
-                let (cited, problems, share) = nav.resolve_quotes(&quotes)?;
-                // Confidence is the model's, discounted by the share of its quotes that
-                // could not be verified.
-                let confidence = if confidence.is_finite() {
-                    confidence.clamp(0.0, 1.0) * share
-                } else {
-                    0.0
-                };
-                if !problems.is_empty() {
-                    nav.invalid += 1;
-                    nav.ex.step("invalid", problems.join("; "));
-                }
-                if cited.is_empty() {
-                    nav.account(false, "finish without a verifiable quote");
-                    nav.observation = format!(
-                        "Your answer was rejected: {}. Quote a sentence exactly from a node \
-                         you have read (peek FULL nodes first).",
-                        if problems.is_empty() {
-                            "it has no quotes".to_string()
-                        } else {
-                            problems.join("; ")
-                        }
-                    );
-                    if last {
-                        break;
-                    }
-                    continue;
-                }
-                let ready_now = ready && confidence >= nav.ex.cfg.ready_threshold;
-                if ready_now || last {
-                    let confidence = if ready {
-                        confidence
-                    } else {
-                        confidence.min(nav.ex.cfg.ready_threshold * 0.99)
-                    };
-                    nav.ex.history.push(format!(
-                        "answer (confidence {confidence:.2}): {}",
-                        nav.hypothesis
-                    ));
-                    return nav.finish(cited, confidence);
-                }
-                // Not ready: keep it, and refine with feedback while turns remain.
-                let keep = nav.best.as_ref().is_none_or(|b| confidence >= b.1);
-                if keep {
-                    nav.best = Some((cited.clone(), confidence));
-                }
-                refinements += 1;
-                nav.ex.history.push(format!(
-                    "refinement {refinements}: not ready (confidence {confidence:.2}, {} citation(s)): {}",
-                    cited.len(),
-                    nav.hypothesis
-                ));
-                nav.ex.step(
-                    "refine",
-                    format!("answer not ready (confidence {confidence:.2}); exploring further"),
-                );
-                nav.account(false, "answer not ready");
-                nav.observation = format!(
-                    "Your answer is not ready yet (confidence {confidence:.2}). Find the missing \
-                     evidence, then finish again.{}",
-                    if problems.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" Problems: {}.", problems.join("; "))
-                    }
-                );
-            }
+            } => return self.answer(&quotes, confidence, ready, last),
             _ if last => {
-                nav.invalid += 1;
-                nav.ex
+                self.invalid += 1;
+                self.ex
                     .step("invalid", "the last turn must finish".to_string());
-                break;
+                return Ok(Flow::Stop);
             }
-            Action::Peek(ids) => nav.peek(&ids)?,
+            Action::Peek(ids) => self.peek(&ids)?,
             Action::Grep { pattern, level } => {
-                nav.ex.embed_pattern(&pattern).await;
-                nav.grep(&pattern, level)?
+                self.ex.embed_pattern(&pattern).await;
+                self.grep(&pattern, level)?
             }
-            Action::Descend(ids) => nav.descend(&ids)?,
+            Action::Descend(ids) => self.descend(&ids)?,
             Action::PartitionMap { ids, instruction } => {
-                nav.partition_map(helper, &ids, &instruction).await?
+                self.partition_map(helper, &ids, &instruction).await?
             }
         }
+        Ok(Flow::Continue)
     }
-    match nav.best.take() {
-        Some((cited, confidence)) => {
-            if !nav
-                .ex
-                .history
-                .last()
-                .is_some_and(|h| h.contains("best answer so far"))
-            {
-                nav.ex
-                    .history
-                    .push("turns ran out: the best answer so far stands".into());
-            }
-            let cap = nav.ex.cfg.ready_threshold * 0.99;
-            nav.finish(cited, confidence.min(cap))
-        }
-        None => nav.fall_back("the root model gave no verifiable answer".into()),
-    }
-}
 
-impl<'e, 'a> Nav<'e, 'a> {
-    /// One root-model call: `Err` when the call failed, `Ok(Err)` when the reply is not a
-    /// JSON object.
+    /// A `finish`: its quotes verified, then the answer given (ready, or the last turn),
+    /// refused (nothing verifiable), or kept and sent back for refinement.
+    fn answer(
+        &mut self,
+        quotes: &[QuoteRef],
+        confidence: f64,
+        ready: bool,
+        last: bool,
+    ) -> Result<Flow> {
+        let (cited, problems, share) = self.resolve_quotes(quotes)?;
+        // Confidence is the model's, discounted by the share of its quotes that could not
+        // be verified.
+        let confidence = if confidence.is_finite() {
+            confidence.clamp(0.0, 1.0) * share
+        } else {
+            0.0
+        };
+        if !problems.is_empty() {
+            self.invalid += 1;
+            self.ex.step("invalid", problems.join("; "));
+        }
+        if cited.is_empty() {
+            self.account(false, "finish without a verifiable quote");
+            self.observation = format!(
+                "Your answer was rejected: {}. Quote a sentence exactly from a node \
+                 you have read (peek FULL nodes first).",
+                if problems.is_empty() {
+                    "it has no quotes".to_string()
+                } else {
+                    problems.join("; ")
+                }
+            );
+            return Ok(if last { Flow::Stop } else { Flow::Continue });
+        }
+        let ready_now = ready && confidence >= self.ex.cfg.ready_threshold;
+        if ready_now || last {
+            let confidence = if ready {
+                confidence
+            } else {
+                confidence.min(self.ex.cfg.ready_threshold * 0.99)
+            };
+            self.ex.history.push(format!(
+                "answer (confidence {confidence:.2}): {}",
+                self.hypothesis
+            ));
+            return Ok(Flow::Finish(cited, confidence));
+        }
+        self.refine(cited, confidence, &problems);
+        Ok(Flow::Continue)
+    }
+
+    /// An answer that is not ready: kept (if it is the best so far) and sent back with
+    /// feedback while turns remain.
+    fn refine(&mut self, cited: Vec<Cited>, confidence: f64, problems: &[String]) {
+        let n = cited.len();
+        if self.best.as_ref().is_none_or(|b| confidence >= b.1) {
+            self.best = Some((cited, confidence));
+        }
+        self.refinements += 1;
+        self.ex.history.push(format!(
+            "refinement {}: not ready (confidence {confidence:.2}, {n} citation(s)): {}",
+            self.refinements, self.hypothesis
+        ));
+        self.ex.step(
+            "refine",
+            format!("answer not ready (confidence {confidence:.2}); exploring further"),
+        );
+        self.account(false, "answer not ready");
+        self.observation = format!(
+            "Your answer is not ready yet (confidence {confidence:.2}). Find the missing \
+             evidence, then finish again.{}",
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!(" Problems: {}.", problems.join("; "))
+            }
+        );
+    }
+
+    /// The loop ended without a ready answer: the best one so far stands, else the offline
+    /// policy answers.
+    fn conclude(mut self) -> Result<QueryResult> {
+        match self.best.take() {
+            Some((cited, confidence)) => {
+                if !self
+                    .ex
+                    .history
+                    .last()
+                    .is_some_and(|h| h.contains("best answer so far"))
+                {
+                    self.ex
+                        .history
+                        .push("turns ran out: the best answer so far stands".into());
+                }
+                let cap = self.ex.cfg.ready_threshold * 0.99;
+                self.finish(cited, confidence.min(cap))
+            }
+            None => self.fall_back("the root model gave no verifiable answer".into()),
+        }
+    }
+
+    /// One root-model call: `Err` when the call failed.
     async fn ask(
         &mut self,
         model: &dyn ChatModel,
         req: crate::model::ChatRequest,
-    ) -> std::result::Result<std::result::Result<Value, String>, crate::model::ModelError> {
+    ) -> Result<Reply, ModelError> {
         let reply = model.chat(req).await?;
         if reply.truncated {
-            return Ok(Err("the reply was cut off at its token limit".into()));
+            return Ok(Reply::Unusable(
+                "the reply was cut off at its token limit".into(),
+            ));
         }
-        Ok(parse_json(&reply.text))
-    }
-
-    fn handle(&mut self, id: NodeId) -> String {
-        if let Some(h) = self.handles.get(&id) {
-            return h.clone();
-        }
-        let h = format!("n{}", self.handles.len() + 1);
-        self.handles.insert(id, h.clone());
-        self.by_handle.insert(h.clone(), id);
-        h
-    }
-
-    /// A model's name for a node: a handle (`n3`, `3`, `[n3]`) or a hex id prefix (≥ 8).
-    fn resolve(&self, name: &str) -> Option<NodeId> {
-        let n = name
-            .trim()
-            .trim_matches(|c: char| matches!(c, '[' | ']' | '(' | ')' | '"' | '\'' | '#'))
-            .to_lowercase();
-        if let Some(id) = self.by_handle.get(&n) {
-            return Some(*id);
-        }
-        if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() {
-            return self.by_handle.get(&format!("n{n}")).copied();
-        }
-        if n.len() >= 8 && n.chars().all(|c| c.is_ascii_hexdigit()) {
-            let mut found = self
-                .ex
-                .places
-                .keys()
-                .filter(|id| id.to_hex().starts_with(&n));
-            let first = found.next().copied();
-            return if found.next().is_none() { first } else { None };
-        }
-        None
-    }
-
-    fn resolve_all(&self, names: &[String]) -> (Vec<NodeId>, Vec<String>) {
-        let mut ids = Vec::new();
-        let mut unknown = Vec::new();
-        for n in names {
-            match self.resolve(n) {
-                Some(id) if !ids.contains(&id) => ids.push(id),
-                Some(_) => {}
-                None => unknown.push(n.clone()),
-            }
-        }
-        (ids, unknown)
+        Ok(match parse_json(&reply.text) {
+            Ok(v) => Reply::Json(v),
+            Err(e) => Reply::Unusable(e),
+        })
     }
 
     /// Records one turn: an iteration, whether it narrowed, and a history line.
@@ -388,110 +429,6 @@ impl<'e, 'a> Nav<'e, 'a> {
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
         Ok(ranked)
-    }
-
-    /// The first observation: the ABSTRACT of each scope (or, when the configuration
-    /// starts lower, the ranked groups).
-    fn start(&mut self) -> Result<()> {
-        let tops: Vec<NodeId> = self.ex.working.iter().map(|(id, _)| *id).collect();
-        if self.ex.cfg.start_level == Level::Abstract {
-            let nodes = self.ex.peek(&tops)?;
-            self.read.extend(nodes.iter().map(|n| n.id));
-            let mut obs = String::from("The ABSTRACT of each scope:\n");
-            for n in &nodes {
-                let h = self.handle(n.id);
-                let _ = writeln!(
-                    obs,
-                    "{h} [abstract] {}:\n{}",
-                    context_label(n),
-                    clip(&n.text)
-                );
-            }
-            self.observation = obs;
-        } else {
-            let groups = self.ex.descend(&tops);
-            self.ex.working = self.rank(groups)?;
-            self.observation = "The groups of each scope are listed below.".into();
-        }
-        Ok(())
-    }
-
-    fn render(&mut self, last: bool) -> Result<String> {
-        let mut s = String::new();
-        let i = self.intent.clone();
-        let _ = writeln!(s, "Question: {}", self.question);
-        let _ = writeln!(
-            s,
-            "Intent (fixed): entity: {}; attribute: {}; answer type: {}; keywords: {}",
-            if i.entity.is_empty() { "-" } else { &i.entity },
-            if i.attribute.is_empty() {
-                "-"
-            } else {
-                &i.attribute
-            },
-            i.output_type,
-            i.keywords.join(", ")
-        );
-        let _ = writeln!(
-            s,
-            "Hypothesis: {}",
-            if self.hypothesis.is_empty() {
-                "(none yet)"
-            } else {
-                &self.hypothesis
-            }
-        );
-        if !self.notes.is_empty() {
-            s.push_str("Learned so far:\n");
-            let from = self.notes.len().saturating_sub(8);
-            for n in &self.notes[from..] {
-                let _ = writeln!(s, "- {n}");
-            }
-        }
-        let _ = writeln!(s, "Last result:\n{}", self.observation.trim_end());
-        let working: Vec<(NodeId, f32)> = self.ex.working.clone();
-        let _ = writeln!(s, "Working set ({} node(s)):", working.len());
-        for (id, _) in working.iter().take(SHOWN) {
-            let n = self.ex.engine.node(id, self.ex.now)?;
-            self.ex.examine(*id);
-            let h = self.handle(*id);
-            let preview: String = n
-                .text
-                .split_whitespace()
-                .take(30)
-                .collect::<Vec<_>>()
-                .join(" ");
-            let _ = writeln!(
-                s,
-                "{h} [{}] {}{}: {preview}{}",
-                n.level,
-                if self.read.contains(id) {
-                    "(read) "
-                } else {
-                    ""
-                },
-                context_label(&n),
-                if n.text.split_whitespace().nth(30).is_some() {
-                    " ..."
-                } else {
-                    ""
-                }
-            );
-        }
-        if working.len() > SHOWN {
-            let _ = writeln!(s, "(and {} more, ranked lower)", working.len() - SHOWN);
-        }
-        let sub_left = self.ex.cfg.max_sub_calls.saturating_sub(self.ex.sub_calls);
-        let _ = write!(
-            s,
-            "Turn {} of {}; {sub_left} helper call(s) left.",
-            self.ex.iterations + 1,
-            self.ex.cfg.max_iterations
-        );
-        if last {
-            s.push_str(" This is your last turn: you must finish now, quoting your evidence.");
-        }
-        Ok(s)
     }
 
     fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {
