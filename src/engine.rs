@@ -5,6 +5,7 @@ use crate::build::{BuildReport, Builder, Progress};
 use crate::chunk::{self, Chunk, Structure};
 use crate::config::Config;
 use crate::context::{ContextWindow, LevelChoice};
+use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::level::Level;
@@ -759,20 +760,19 @@ impl Engine {
         Ok((built, Some(report)))
     }
 
+    /// The read handle context windows and the navigator read through.
+    pub(crate) fn corpus(&self) -> Corpus<'_> {
+        Corpus::new(&self.store, &self.index, self.embedder.as_ref(), &self.cfg)
+    }
+
     /// A live node of `plan`, or a clear error when the build could not make it.
     pub fn node(&self, id: &NodeId, now: u64) -> Result<Node> {
-        self.store.get_live(id, now)?.ok_or_else(|| {
-            Error::invalid(format!(
-                "node {id} is not available (its build failed; see `strata compress`)"
-            ))
-        })
+        self.corpus().node(id, now)
     }
 
     /// The text of a source as ingested.
     pub fn source_text(&self, scope: &str, source: &str) -> Result<String> {
-        self.store.get_text(scope, source)?.ok_or_else(|| {
-            Error::DataCorruption(format!("source {source} of scope {scope} has no text"))
-        })
+        self.corpus().source_text(scope, source)
     }
 
     // ---------------------------------------------------------------- reading
@@ -791,7 +791,7 @@ impl Engine {
             return Err(Error::invalid("the budget must be at least 1 token"));
         }
         let (plan, _) = self.ensure_built(scope, now, progress).await?;
-        crate::context::window(self, &plan, choice, budget, now)
+        crate::context::window(&self.corpus(), &plan, choice, budget, now)
     }
 
     /// Answers `question` over `scopes` (all scopes when empty) with cited source spans.
@@ -836,7 +836,7 @@ impl Engine {
             }
             // Appends leave their chunks pending; a query searches everything stored.
             self.sync_index()?;
-            let mut explorer = Explorer::new(self, plans, qcfg.clone(), now);
+            let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
             explorer.embed_question(question).await;
             match self.root.as_ref().filter(|_| qcfg.strategy != "offline") {
                 Some(root) => {

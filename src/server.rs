@@ -395,7 +395,11 @@ async fn context(
     let st = s.clone();
     let window = blocking(move || {
         Ok(crate::context::window(
-            &st.engine, &plan, choice, budget, now,
+            &st.engine.corpus(),
+            &plan,
+            choice,
+            budget,
+            now,
         )?)
     })
     .await?;

@@ -1,34 +1,23 @@
-//! The explorer: the navigator's primitives (`peek`, `grep`, `descend`, `narrow_to`,
-//! `finish`) with their safeguards and accounting. A policy decides which to call.
+//! The explorer: the navigator's primitives (`peek`, `grep`, `rank`, `descend`,
+//! `narrow_to`, `finish`) with their safeguards and accounting. A policy decides which to
+//! call; every search goes through the corpus's one retrieval seam.
 
 use super::{Citation, QueryResult, Step};
 use crate::config::QueryConfig;
-use crate::engine::Engine;
+use crate::corpus::{Corpus, Place, Search, Trees};
 use crate::error::Result;
-use crate::index::Grep;
+use crate::hybrid::Dense;
 use crate::level::Level;
 use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use std::collections::{HashMap, HashSet};
 
-/// Where a node sits in the plans being explored.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Place {
-    Abstract(usize),
-    Summary(usize, usize),
-    Detailed(usize, usize),
-    Full(usize, usize),
-}
-
 /// The primitives, with their safeguards and accounting.
 pub struct Explorer<'a> {
-    pub(super) engine: &'a Engine,
-    pub(super) plans: Vec<Plan>,
+    pub(super) corpus: Corpus<'a>,
+    pub(super) trees: Trees,
     pub(super) cfg: QueryConfig,
     pub(super) now: u64,
-    pub(super) places: HashMap<NodeId, Place>,
-    /// METADATA id → the node it tags.
-    pub(super) meta_of: HashMap<NodeId, NodeId>,
     /// The current working set, best first, with scores.
     pub working: Vec<(NodeId, f32)>,
     pub(super) examined: Vec<NodeId>,
@@ -39,35 +28,18 @@ pub struct Explorer<'a> {
     pub(super) trajectory: Vec<Step>,
     pub(super) history: Vec<String>,
     pub(super) no_narrowing: u32,
-    /// Dense retrieval, when the engine has an embedder: grep is hybrid.
-    pub(super) dense: Option<crate::hybrid::Dense>,
+    /// Dense retrieval, when the engine has an embedder: every search is hybrid.
+    pub(super) dense: Option<Dense>,
 }
 
 impl<'a> Explorer<'a> {
-    pub fn new(engine: &'a Engine, plans: Vec<Plan>, cfg: QueryConfig, now: u64) -> Self {
-        let mut places = HashMap::new();
-        for (pi, p) in plans.iter().enumerate() {
-            places.insert(p.abstract_id, Place::Abstract(pi));
-            for (gi, g) in p.groups.iter().enumerate() {
-                places.insert(g.summary, Place::Summary(pi, gi));
-            }
-            for (ci, c) in p.chunks.iter().enumerate() {
-                places.insert(c.detailed, Place::Detailed(pi, ci));
-                places.insert(c.full, Place::Full(pi, ci));
-            }
-        }
-        let meta_of = plans
-            .iter()
-            .flat_map(|p| p.metadata.iter().map(|(t, m)| (*m, *t)))
-            .collect();
+    pub(crate) fn new(corpus: Corpus<'a>, plans: Vec<Plan>, cfg: QueryConfig, now: u64) -> Self {
         let working = plans.iter().map(|p| (p.abstract_id, 0.0)).collect();
         Explorer {
-            engine,
-            plans,
+            corpus,
+            trees: Trees::new(plans),
             cfg,
             now,
-            places,
-            meta_of,
             working,
             examined: Vec::new(),
             examined_set: HashSet::new(),
@@ -77,9 +49,34 @@ impl<'a> Explorer<'a> {
             trajectory: Vec::new(),
             history: Vec::new(),
             no_narrowing: 0,
-            dense: engine
-                .embedder()
-                .map(|e| crate::hybrid::Dense::new(e.clone(), &engine.config().embed)),
+            dense: corpus.dense(),
+        }
+    }
+
+    /// Embeds the question once for this query: searches use its vector. When that fails,
+    /// the refinement history says so and search stays BM25 only.
+    pub async fn embed_question(&mut self, question: &str) {
+        let Some(dense) = self.dense.as_mut() else {
+            return;
+        };
+        if let Some(e) = dense.embed_query(question, true).await {
+            self.history.push(format!(
+                "embedding the question failed ({e}): grep falls back to BM25 only"
+            ));
+        }
+    }
+
+    /// Embeds a grep pattern that is not the question (the LLM policy's keywords), so its
+    /// dense ranking is about what it asks. After a failure the question's vector (if any)
+    /// stands in.
+    pub async fn embed_pattern(&mut self, pattern: &str) {
+        let Some(dense) = self.dense.as_mut() else {
+            return;
+        };
+        if let Some(e) = dense.embed_query(pattern, false).await {
+            self.history.push(format!(
+                "embedding the grep pattern {pattern:?} failed ({e}): grep falls back to BM25 only"
+            ));
         }
     }
 
@@ -116,7 +113,7 @@ impl<'a> Explorer<'a> {
         let mut out = Vec::new();
         let mut tokens = 0;
         for id in ids {
-            let n = self.engine.node(&id, self.now)?;
+            let n = self.corpus.node(&id, self.now)?;
             if !out.is_empty() && self.tokens + n.tokens as u64 > self.cfg.max_tokens {
                 break;
             }
@@ -134,10 +131,9 @@ impl<'a> Explorer<'a> {
         Ok(out)
     }
 
-    /// BM25 search over `levels` of the explored scopes, optionally within given nodes,
-    /// fused with a dense (embedding) ranking of the same candidates when the engine has
-    /// an embedder (see `navigate::hybrid`). Hits outside the current trees (stale index
-    /// entries) are dropped.
+    /// Searches `levels` of the explored trees, optionally within given nodes, through the
+    /// corpus's retrieval seam (BM25, fused with the dense ranking of the same candidates
+    /// when the engine has an embedder).
     pub fn grep(
         &mut self,
         pattern: &str,
@@ -145,21 +141,14 @@ impl<'a> Explorer<'a> {
         within: Option<&[NodeId]>,
         limit: usize,
     ) -> Result<Vec<(NodeId, f32)>> {
-        let scopes: Vec<String> = self.plans.iter().map(|p| p.scope.clone()).collect();
-        let hits = self.engine.index().search(&Grep {
+        let s = Search {
             text: pattern,
-            scopes: &scopes,
             levels,
             within,
             limit,
-        })?;
-        let hits: Vec<(NodeId, f32)> = hits
-            .into_iter()
-            .filter(|h| self.places.contains_key(&h.id) || self.meta_of.contains_key(&h.id))
-            .map(|h| (h.id, h.score))
-            .collect();
-        // With an embedder: fused with the dense ranking of the same candidates.
-        let (hits, how) = self.fuse_dense(pattern, levels, within, limit, hits)?;
+        };
+        let found = self.corpus.search(&self.trees, &s, self.dense.as_mut())?;
+        let (hits, how) = (found.hits, found.how);
         let lv: Vec<&str> = levels.iter().map(|l| l.name()).collect();
         self.step(
             "grep",
@@ -177,20 +166,56 @@ impl<'a> Explorer<'a> {
         Ok(hits)
     }
 
+    /// `ids` ranked by a search for `text` among them, through the same seam as `grep`.
+    /// Every id is kept: those without a hit score 0; ties keep the given order.
+    pub(crate) fn rank(&mut self, text: &str, ids: Vec<NodeId>) -> Result<Vec<(NodeId, f32)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut levels: Vec<Level> = ids
+            .iter()
+            .map(|id| self.trees.level_of(id).unwrap_or(Level::Full))
+            .collect();
+        levels.sort();
+        levels.dedup();
+        let s = Search {
+            text,
+            levels: &levels,
+            within: Some(&ids),
+            limit: ids.len(),
+        };
+        let found = self.corpus.search(&self.trees, &s, self.dense.as_mut())?;
+        self.step(
+            "rank",
+            format!(
+                "{} node(s) by {text:?}: {} hit(s){}",
+                ids.len(),
+                found.hits.len(),
+                found.how
+            ),
+        );
+        let score: HashMap<NodeId, f32> = found.hits.into_iter().collect();
+        let mut ranked: Vec<(NodeId, f32)> = ids
+            .into_iter()
+            .map(|id| (id, score.get(&id).copied().unwrap_or(0.0)))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(ranked)
+    }
+
     /// The children of working-set nodes: ABSTRACT → SUMMARY → DETAILED → FULL.
     pub fn descend(&mut self, ids: &[NodeId]) -> Vec<NodeId> {
         let ids = self.sanitise(ids);
         let mut out = Vec::new();
         for id in &ids {
-            match self.places.get(id) {
-                Some(Place::Abstract(pi)) => {
-                    out.extend(self.plans[*pi].groups.iter().map(|g| g.summary))
-                }
+            let plans = &self.trees.plans;
+            match self.trees.place(id) {
+                Some(Place::Abstract(pi)) => out.extend(plans[pi].groups.iter().map(|g| g.summary)),
                 Some(Place::Summary(pi, gi)) => {
-                    let p = &self.plans[*pi];
-                    out.extend(p.groups[*gi].chunks.iter().map(|&ci| p.chunks[ci].detailed))
+                    let p = &plans[pi];
+                    out.extend(p.groups[gi].chunks.iter().map(|&ci| p.chunks[ci].detailed))
                 }
-                Some(Place::Detailed(pi, ci)) => out.push(self.plans[*pi].chunks[*ci].full),
+                Some(Place::Detailed(pi, ci)) => out.push(plans[pi].chunks[ci].full),
                 _ => {}
             }
         }
@@ -235,7 +260,7 @@ impl<'a> Explorer<'a> {
     }
 
     pub(super) fn place(&self, id: &NodeId) -> Option<Place> {
-        self.places.get(id).copied()
+        self.trees.place(id)
     }
 
     /// Turns cited sentence ranges of FULL nodes into citations, verifying each quote
@@ -252,7 +277,7 @@ impl<'a> Explorer<'a> {
             let Some(Place::Full(pi, ci)) = self.place(&id) else {
                 continue;
             };
-            let p = &self.plans[pi];
+            let p = &self.trees.plans[pi];
             let c = &p.chunks[ci];
             if start < c.start || end > c.end || start >= end {
                 continue;
@@ -262,7 +287,7 @@ impl<'a> Explorer<'a> {
             let text = match texts.entry(key) {
                 std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
                 std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(self.engine.source_text(&p.scope, &src.id)?)
+                    v.insert(self.corpus.source_text(&p.scope, &src.id)?)
                 }
             };
             let Some(quote) = text.get(start as usize..end as usize) else {
@@ -308,5 +333,42 @@ impl<'a> Explorer<'a> {
             trajectory: self.trajectory,
             usage: Default::default(),
         })
+    }
+
+    /// Hands the question to another policy after this one gave up: `policy` runs on a
+    /// fresh explorer over the same trees (the question's vector carries over), and what
+    /// this explorer did stays in the result — its trajectory, history and examined nodes
+    /// first, its iterations, tokens and sub-calls added.
+    pub(crate) fn hand_over(
+        mut self,
+        policy: impl FnOnce(Explorer<'a>) -> Result<QueryResult>,
+    ) -> Result<QueryResult> {
+        let mut fresh = Explorer::new(
+            self.corpus,
+            self.trees.plans.clone(),
+            self.cfg.clone(),
+            self.now,
+        );
+        fresh.dense = self.dense.take();
+        let mut r = policy(fresh)?;
+        let mut trajectory = std::mem::take(&mut self.trajectory);
+        trajectory.append(&mut r.trajectory);
+        r.trajectory = trajectory;
+        let mut history = std::mem::take(&mut self.history);
+        history.append(&mut r.refinement_history);
+        r.refinement_history = history;
+        let theirs: HashSet<String> = r.nodes_examined.iter().cloned().collect();
+        let mut examined: Vec<String> = self
+            .examined
+            .iter()
+            .map(NodeId::to_hex)
+            .filter(|h| !theirs.contains(h))
+            .collect();
+        examined.append(&mut r.nodes_examined);
+        r.nodes_examined = examined;
+        r.iterations += self.iterations;
+        r.tokens_processed += self.tokens;
+        r.sub_calls_made += self.sub_calls;
+        Ok(r)
     }
 }

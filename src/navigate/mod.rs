@@ -5,7 +5,6 @@
 //! with the best-supported source sentences, each cited by its exact byte span.
 
 mod explore;
-mod hybrid;
 pub mod llm;
 mod offline;
 

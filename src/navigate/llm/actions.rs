@@ -2,10 +2,10 @@
 //! `partition_map`, and the rejection of an action that names nothing usable.
 
 use super::{Nav, PEEK_MAX, clip};
+use crate::corpus::Place;
 use crate::error::Result;
 use crate::level::Level;
 use crate::model::{ChatModel, prompts};
-use crate::navigate::explore::Place;
 use crate::node::{NodeId, context_label};
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -73,15 +73,15 @@ impl Nav<'_, '_> {
     pub(super) fn beneath(&self, ids: &[NodeId], level: Level) -> Vec<NodeId> {
         let mut out = Vec::new();
         for id in ids {
-            let Some(place) = self.ex.places.get(id) else {
+            let Some(place) = self.ex.trees.place(id) else {
                 continue;
             };
-            let (pi, chunks): (usize, Vec<usize>) = match *place {
-                Place::Abstract(pi) => (pi, (0..self.ex.plans[pi].chunks.len()).collect()),
-                Place::Summary(pi, gi) => (pi, self.ex.plans[pi].groups[gi].chunks.clone()),
+            let (pi, chunks): (usize, Vec<usize>) = match place {
+                Place::Abstract(pi) => (pi, (0..self.ex.trees.plans[pi].chunks.len()).collect()),
+                Place::Summary(pi, gi) => (pi, self.ex.trees.plans[pi].groups[gi].chunks.clone()),
                 Place::Detailed(pi, ci) | Place::Full(pi, ci) => (pi, vec![ci]),
             };
-            let p = &self.ex.plans[pi];
+            let p = &self.ex.trees.plans[pi];
             match level {
                 Level::Summary => {
                     let mut gs: Vec<usize> = chunks.iter().map(|&ci| p.chunks[ci].group).collect();
@@ -175,7 +175,7 @@ impl Nav<'_, '_> {
         };
         let mut nodes = Vec::with_capacity(ids.len());
         for id in &ids {
-            let n = self.ex.engine.node(id, self.ex.now)?;
+            let n = self.ex.corpus.node(id, self.ex.now)?;
             self.ex.tokens += n.tokens as u64;
             self.ex.examine(*id);
             nodes.push(n);

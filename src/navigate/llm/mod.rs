@@ -12,10 +12,9 @@
 //! round). When the model fails — errors after its retries, replies that never parse, no
 //! verifiable quote — the offline policy answers instead and the fallback is counted.
 
-use super::explore::Place;
 use super::{Explorer, QueryResult};
+use crate::corpus::Place;
 use crate::error::Result;
-use crate::index::Grep;
 use crate::level::Level;
 use crate::model::{ChatModel, ModelError, prompts};
 use crate::node::NodeId;
@@ -387,7 +386,7 @@ impl<'e, 'a> Nav<'e, 'a> {
     }
 
     fn level_of(&self, id: &NodeId) -> Level {
-        match self.ex.places.get(id) {
+        match self.ex.trees.place(id) {
             Some(Place::Abstract(..)) => Level::Abstract,
             Some(Place::Summary(..)) => Level::Summary,
             Some(Place::Detailed(..)) => Level::Detailed,
@@ -405,30 +404,11 @@ impl<'e, 'a> Nav<'e, 'a> {
             .unwrap_or(Level::Full)
     }
 
-    /// `ids` ranked by BM25 for the question and the intent's keywords (ties: given order).
-    fn rank(&self, ids: Vec<NodeId>) -> Result<Vec<(NodeId, f32)>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// `ids` ranked for the question and the intent's keywords, through the explorer's
+    /// retrieval seam (ties: given order).
+    fn rank(&mut self, ids: Vec<NodeId>) -> Result<Vec<(NodeId, f32)>> {
         let query = format!("{} {}", self.question, self.intent.keywords.join(" "));
-        let scopes: Vec<String> = self.ex.plans.iter().map(|p| p.scope.clone()).collect();
-        let mut levels: Vec<Level> = ids.iter().map(|id| self.level_of(id)).collect();
-        levels.sort();
-        levels.dedup();
-        let hits = self.ex.engine.index().search(&Grep {
-            text: &query,
-            scopes: &scopes,
-            levels: &levels,
-            within: Some(&ids),
-            limit: ids.len(),
-        })?;
-        let score: HashMap<NodeId, f32> = hits.into_iter().map(|h| (h.id, h.score)).collect();
-        let mut ranked: Vec<(NodeId, f32)> = ids
-            .into_iter()
-            .map(|id| (id, score.get(&id).copied().unwrap_or(0.0)))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-        Ok(ranked)
+        self.ex.rank(&query, ids)
     }
 
     fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {
@@ -445,37 +425,15 @@ impl<'e, 'a> Nav<'e, 'a> {
     /// The offline policy answers instead; what the model did stays in the trajectory.
     fn fall_back(self, why: String) -> Result<QueryResult> {
         let Nav {
-            ex,
+            mut ex,
             question,
             invalid,
             ..
         } = self;
-        let mut mine = ex;
-        mine.step("fallback", format!("{why}; the offline policy answers"));
-        mine.history
+        ex.step("fallback", format!("{why}; the offline policy answers"));
+        ex.history
             .push(format!("{why}; answered by the offline policy"));
-        let mut fresh = Explorer::new(mine.engine, mine.plans.clone(), mine.cfg.clone(), mine.now);
-        // The question's vector (hybrid grep) carries over.
-        fresh.dense = mine.dense.take();
-        let mut r = super::offline(fresh, question)?;
-        let mut trajectory = std::mem::take(&mut mine.trajectory);
-        trajectory.append(&mut r.trajectory);
-        r.trajectory = trajectory;
-        let mut history = std::mem::take(&mut mine.history);
-        history.append(&mut r.refinement_history);
-        r.refinement_history = history;
-        let theirs: HashSet<String> = r.nodes_examined.iter().cloned().collect();
-        let mut examined: Vec<String> = mine
-            .examined
-            .iter()
-            .map(NodeId::to_hex)
-            .filter(|h| !theirs.contains(h))
-            .collect();
-        examined.append(&mut r.nodes_examined);
-        r.nodes_examined = examined;
-        r.iterations += mine.iterations;
-        r.tokens_processed += mine.tokens;
-        r.sub_calls_made += mine.sub_calls;
+        let mut r = ex.hand_over(|fresh| super::offline(fresh, question))?;
         r.usage.invalid_outputs = invalid;
         r.usage.fallbacks = 1;
         Ok(r)

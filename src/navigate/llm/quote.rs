@@ -110,7 +110,7 @@ impl Nav<'_, '_> {
             };
             let mut found = None;
             for f in fulls.iter().take(QUOTE_SCAN) {
-                let n = self.ex.engine.node(f, self.ex.now)?;
+                let n = self.ex.corpus.node(f, self.ex.now)?;
                 if let Some((s, e)) = locate(&n.text, &wanted) {
                     let base = n.citations[0].start;
                     found = Some((*f, base + s as u64, base + e as u64));
@@ -137,7 +137,7 @@ impl Nav<'_, '_> {
                     .collect();
                 others.sort();
                 for f in others {
-                    let n = self.ex.engine.node(&f, self.ex.now)?;
+                    let n = self.ex.corpus.node(&f, self.ex.now)?;
                     if let Some((s, e)) = locate_verbatim(&n.text, &q.quote) {
                         let base = n.citations[0].start;
                         found = Some((f, base + s as u64, base + e as u64));

@@ -67,13 +67,7 @@ impl Intent {
             entity: String::new(),
             attribute: question.trim().to_string(),
             output_type: "text".into(),
-            keywords: ex
-                .engine
-                .index()
-                .analyze(question)
-                .into_iter()
-                .take(6)
-                .collect(),
+            keywords: ex.corpus.analyze(question).into_iter().take(6).collect(),
         }
     }
 }

@@ -33,8 +33,8 @@ impl Nav<'_, '_> {
         if n.len() >= 8 && n.chars().all(|c| c.is_ascii_hexdigit()) {
             let mut found = self
                 .ex
-                .places
-                .keys()
+                .trees
+                .placed()
                 .filter(|id| id.to_hex().starts_with(&n));
             let first = found.next().copied();
             return if found.next().is_none() { first } else { None };
@@ -117,7 +117,7 @@ impl Nav<'_, '_> {
         let working: Vec<(NodeId, f32)> = self.ex.working.clone();
         let _ = writeln!(s, "Working set ({} node(s)):", working.len());
         for (id, _) in working.iter().take(SHOWN) {
-            let n = self.ex.engine.node(id, self.ex.now)?;
+            let n = self.ex.corpus.node(id, self.ex.now)?;
             self.ex.examine(*id);
             let h = self.handle(*id);
             let preview: String = n

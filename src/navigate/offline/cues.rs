@@ -46,7 +46,7 @@ pub fn normalise_question(q: &str) -> String {
 
 impl Cues {
     pub(super) fn of(ex: &Explorer<'_>, q: &str) -> Cues {
-        let index = ex.engine.index();
+        let index = ex.corpus;
         let words: Vec<String> = q
             .split(|c: char| !c.is_alphanumeric() && c != '\'')
             .filter(|w| !w.is_empty())
@@ -77,7 +77,7 @@ impl Cues {
             }
         }
         let mut speakers: HashSet<String> = HashSet::new();
-        for p in &ex.plans {
+        for p in &ex.trees.plans {
             for s in &p.sources {
                 if let Some(sp) = &s.speaker {
                     speakers.insert(sp.to_lowercase());

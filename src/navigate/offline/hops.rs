@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 /// Names in `quote` the question does not contain, rarest first: what a second hop looks
 /// for ("… baked by a chef called Tircaltir." → "Tircaltir").
 fn bridges(ex: &Explorer<'_>, quote: &str, question_terms: &[String]) -> Vec<(String, f64)> {
-    let index = ex.engine.index();
+    let index = ex.corpus;
     let mut out: Vec<(String, f64)> = Vec::new();
     for e in text::facts(quote).entities {
         let ts = index.analyze(&e);
@@ -46,7 +46,7 @@ pub(super) fn second_hop(
     };
     // The bridge comes from the sentence that matched (a cited pair's other sentence may
     // name unrelated things).
-    let index = ex.engine.index();
+    let index = ex.corpus;
     let matched = text::sentences(quote)
         .into_iter()
         .rev()
@@ -127,9 +127,9 @@ pub(super) fn same_round(
         return Ok(None);
     };
     // The main speaker's turns in that round.
-    let index = ex.engine.index();
+    let index = ex.corpus;
     let mut turns: Vec<NodeId> = Vec::new();
-    for p in &ex.plans {
+    for p in &ex.trees.plans {
         for c in &p.chunks {
             let s = &p.sources[c.source];
             if s.round == Some(round)
@@ -157,7 +157,7 @@ pub(super) fn same_round(
     ex.working = turns.iter().map(|id| (*id, 1.0)).collect();
     let chunks = ex.peek(&turns)?;
     let terms = index.analyze(main);
-    let idf = weights(index, main, &terms);
+    let idf = weights(&index, main, &terms);
     let rank: HashMap<NodeId, f64> = turns.iter().map(|id| (*id, 1.0)).collect();
     let mut cands = candidates(ex, &chunks, &idf, &rank, &main_cues);
     cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));

@@ -59,7 +59,7 @@ impl Selection {
 /// something the question does not (a bridge) get a second hop.
 pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
     let question = normalise_question(question);
-    let terms = ex.engine.index().analyze(&question);
+    let terms = ex.corpus.analyze(&question);
     if terms.is_empty() {
         ex.history
             .push("the question has no searchable words (only stop words?)".into());
@@ -96,7 +96,7 @@ fn answer(
     first_pass: bool,
 ) -> Result<Option<Selection>> {
     let cfg = ex.cfg.clone();
-    let index = ex.engine.index();
+    let index = ex.corpus;
     let terms = index.analyze(question);
     if terms.is_empty() {
         return Ok(None);
@@ -105,7 +105,7 @@ fn answer(
         return Ok(None);
     };
     // Ordered maps: float sums must not depend on hash order (same answer in every process).
-    let idf = weights(index, question, &terms);
+    let idf = weights(&index, question, &terms);
     let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     cands.sort_by(|a, b| {
         b.score

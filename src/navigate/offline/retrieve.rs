@@ -1,10 +1,10 @@
 //! Steps down the tree: scopes, groups, chunks, then the chunks read.
 
 use super::Cues;
+use crate::corpus::Place;
 use crate::error::Result;
 use crate::level::Level;
 use crate::navigate::Explorer;
-use crate::navigate::explore::Place;
 use crate::node::{Node, NodeId};
 use std::collections::HashMap;
 
@@ -22,20 +22,25 @@ pub(super) fn retrieve(
     let cfg = ex.cfg.clone();
     let widen = if cues.earliest || cues.latest { 2 } else { 1 };
     // 1. Start at the top: read the abstracts (several scopes: rank them first).
-    ex.working = ex.plans.iter().map(|p| (p.abstract_id, 0.0)).collect();
+    ex.working = ex
+        .trees
+        .plans
+        .iter()
+        .map(|p| (p.abstract_id, 0.0))
+        .collect();
     let abstracts: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
-    if ex.plans.len() > 1 {
+    if ex.trees.plans.len() > 1 {
         let hits = ex.grep(
             question,
             &[Level::Abstract, Level::Metadata],
             None,
-            4 * ex.plans.len(),
+            4 * ex.trees.plans.len(),
         )?;
         let mut best: HashMap<NodeId, f32> = HashMap::new();
         for (id, s) in hits {
-            let target = ex.meta_of.get(&id).copied().unwrap_or(id);
+            let target = ex.trees.tagged_by(&id).unwrap_or(id);
             if let Some(Place::Abstract(pi)) = ex.place(&target) {
-                let a = ex.plans[pi].abstract_id;
+                let a = ex.trees.plans[pi].abstract_id;
                 let e = best.entry(a).or_insert(0.0);
                 *e = e.max(s);
             }
@@ -67,9 +72,9 @@ pub(super) fn retrieve(
     let mut group_score: HashMap<NodeId, f32> = HashMap::new();
     for (id, s) in &hits {
         let summary = match ex.place(id) {
-            Some(Place::Summary(pi, gi)) => ex.plans[pi].groups[gi].summary,
+            Some(Place::Summary(pi, gi)) => ex.trees.plans[pi].groups[gi].summary,
             Some(Place::Detailed(pi, ci)) | Some(Place::Full(pi, ci)) => {
-                let p = &ex.plans[pi];
+                let p = &ex.trees.plans[pi];
                 p.groups[p.chunks[ci].group].summary
             }
             _ => continue,
@@ -101,7 +106,7 @@ pub(super) fn retrieve(
         let mut within: Vec<NodeId> = detailed.clone();
         for d in &detailed {
             if let Some(Place::Detailed(pi, ci)) = ex.place(d) {
-                within.push(ex.plans[pi].chunks[ci].full);
+                within.push(ex.trees.plans[pi].chunks[ci].full);
             }
         }
         let hits = ex.grep(
@@ -114,7 +119,7 @@ pub(super) fn retrieve(
         for (id, s) in hits {
             let full = match ex.place(&id) {
                 Some(Place::Detailed(pi, ci)) | Some(Place::Full(pi, ci)) => {
-                    ex.plans[pi].chunks[ci].full
+                    ex.trees.plans[pi].chunks[ci].full
                 }
                 _ => continue,
             };
@@ -125,7 +130,7 @@ pub(super) fn retrieve(
         let mut ranked = Vec::new();
         for d in &detailed {
             if let Some(Place::Detailed(pi, ci)) = ex.place(d) {
-                let p = &ex.plans[pi];
+                let p = &ex.trees.plans[pi];
                 let full = p.chunks[ci].full;
                 let g = p.groups[p.chunks[ci].group].summary;
                 let inherited = 0.1 * group_rank.get(&g).copied().unwrap_or(0.0);
@@ -138,7 +143,7 @@ pub(super) fn retrieve(
         ex.working = within.iter().map(|id| (*id, 0.0)).collect();
         // FULL ids are what the next step reads.
         ex.working
-            .retain(|(id, _)| matches!(ex.places.get(id), Some(Place::Full(..))));
+            .retain(|(id, _)| matches!(ex.trees.place(id), Some(Place::Full(..))));
         ex.narrow_to(
             ranked,
             cfg.top_chunks * widen,

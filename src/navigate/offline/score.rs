@@ -1,8 +1,8 @@
 //! Sentence scoring: every sentence (and adjacent pair) of the chunks read, as a candidate.
 
 use super::{Cand, Cues};
+use crate::corpus::Place;
 use crate::navigate::Explorer;
-use crate::navigate::explore::Place;
 use crate::node::{Node, NodeId, context_label};
 use crate::text;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -17,7 +17,7 @@ pub(super) fn candidates(
     chunk_rank: &HashMap<NodeId, f64>,
     cues: &Cues,
 ) -> Vec<Cand> {
-    let index = ex.engine.index();
+    let index = ex.corpus;
     let total: f64 = idf.values().sum::<f64>().max(1e-9);
     let mut cands = Vec::new();
     for (rank, n) in chunks.iter().enumerate() {
@@ -30,7 +30,7 @@ pub(super) fn candidates(
             .collect();
         let round = match ex.place(&n.id) {
             Some(Place::Full(pi, ci)) => {
-                let p = &ex.plans[pi];
+                let p = &ex.trees.plans[pi];
                 p.sources[p.chunks[ci].source].round
             }
             _ => None,
@@ -134,7 +134,7 @@ pub(super) fn candidates(
 
 /// Each question term's weight: its idf, times [`crate::index::NAME_BOOST`] for names.
 pub(super) fn weights(
-    index: &crate::index::Index,
+    index: &crate::corpus::Corpus<'_>,
     question: &str,
     terms: &[String],
 ) -> BTreeMap<String, f64> {
