@@ -11,13 +11,13 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::hybrid::{Dense, rrf_weighted};
-use crate::index::{Grep, Index};
+use crate::index::{Analysed, Grep, Index, NAME_BOOST};
 use crate::level::Level;
 use crate::model::Embedder;
 use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use crate::store::Store;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A read handle on one engine's store, index and embedder. Cheap to copy.
@@ -29,10 +29,38 @@ pub(crate) struct Corpus<'a> {
     cfg: &'a Config,
 }
 
-/// One search: a text, the levels searched (all when empty), optionally only some nodes,
-/// and how many hits at most.
+/// A question — or any text searched for — analysed once ([`Corpus::question`]) and passed
+/// down: every search, sentence score and confidence of one query reads the same terms.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Question {
+    text: String,
+    analysed: Analysed,
+    /// Each term's weight: its idf, times [`NAME_BOOST`] for names. Ordered: float sums
+    /// over it must not depend on hash order (same answer in every process).
+    weights: BTreeMap<String, f64>,
+}
+
+impl Question {
+    /// The text as asked.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Its terms as the index sees them (stop words dropped, stemmed, deduplicated).
+    pub(crate) fn terms(&self) -> &[String] {
+        &self.analysed.terms
+    }
+
+    /// Each term's weight: idf, times [`NAME_BOOST`] for names.
+    pub(crate) fn weights(&self) -> &BTreeMap<String, f64> {
+        &self.weights
+    }
+}
+
+/// One search: a question, the levels searched (all when empty), optionally only some
+/// nodes, and how many hits at most.
 pub(crate) struct Search<'q> {
-    pub(crate) text: &'q str,
+    pub(crate) question: &'q Question,
     pub(crate) levels: &'q [Level],
     pub(crate) within: Option<&'q [NodeId]>,
     pub(crate) limit: usize,
@@ -91,9 +119,26 @@ impl<'a> Corpus<'a> {
         self.index.idf(term)
     }
 
-    /// Terms of the names a text writes with a capital.
-    pub(crate) fn name_terms(&self, text: &str) -> HashSet<String> {
-        self.index.name_terms(text)
+    /// `text` analysed once, for every search and score of it.
+    pub(crate) fn question(&self, text: &str) -> Question {
+        let analysed = self.index.analyse_query(text);
+        let weights = analysed
+            .terms
+            .iter()
+            .map(|t| {
+                let boost = if analysed.names.contains(t) {
+                    NAME_BOOST
+                } else {
+                    1.0
+                };
+                (t.clone(), boost * self.index.idf(t))
+            })
+            .collect();
+        Question {
+            text: text.to_string(),
+            analysed,
+            weights,
+        }
     }
 
     /// The dense side of one query (its vectors, read once), when an embedder is
@@ -114,7 +159,7 @@ impl<'a> Corpus<'a> {
     ) -> Result<Found> {
         let scopes = trees.scopes();
         let hits = self.index.search(&Grep {
-            text: s.text,
+            query: &s.question.analysed,
             scopes: &scopes,
             levels: s.levels,
             within: s.within,
@@ -144,7 +189,7 @@ impl<'a> Corpus<'a> {
         bm25: Vec<(NodeId, f32)>,
         dense: &mut Dense,
     ) -> Result<Found> {
-        let Some(query) = dense.query_vector(s.text) else {
+        let Some(query) = dense.query_vector(s.question.text()) else {
             let why = dense.failure().unwrap_or("no query vector");
             return Ok(Found {
                 hits: bm25,

@@ -878,7 +878,7 @@ impl Engine {
         }
         self.sync_index()?;
         let hits = self.index.search(&crate::index::Grep {
-            text: pattern,
+            query: &self.index.analyse_query(pattern),
             scopes: &names,
             levels,
             within: None,

@@ -4,7 +4,7 @@
 
 use super::{Citation, QueryResult, Step};
 use crate::config::QueryConfig;
-use crate::corpus::{Corpus, Place, Search, Trees};
+use crate::corpus::{Corpus, Place, Question, Search, Trees};
 use crate::error::Result;
 use crate::hybrid::Dense;
 use crate::level::Level;
@@ -13,13 +13,13 @@ use crate::plan::Plan;
 use std::collections::{HashMap, HashSet};
 
 /// The primitives, with their safeguards and accounting.
-pub struct Explorer<'a> {
+pub(crate) struct Explorer<'a> {
     pub(super) corpus: Corpus<'a>,
     pub(super) trees: Trees,
     pub(super) cfg: QueryConfig,
     pub(super) now: u64,
     /// The current working set, best first, with scores.
-    pub working: Vec<(NodeId, f32)>,
+    pub(crate) working: Vec<(NodeId, f32)>,
     pub(super) examined: Vec<NodeId>,
     pub(super) examined_set: HashSet<NodeId>,
     pub(super) tokens: u64,
@@ -55,7 +55,7 @@ impl<'a> Explorer<'a> {
 
     /// Embeds the question once for this query: searches use its vector. When that fails,
     /// the refinement history says so and search stays BM25 only.
-    pub async fn embed_question(&mut self, question: &str) {
+    pub(crate) async fn embed_question(&mut self, question: &str) {
         let Some(dense) = self.dense.as_mut() else {
             return;
         };
@@ -69,7 +69,7 @@ impl<'a> Explorer<'a> {
     /// Embeds a grep pattern that is not the question (the LLM policy's keywords), so its
     /// dense ranking is about what it asks. After a failure the question's vector (if any)
     /// stands in.
-    pub async fn embed_pattern(&mut self, pattern: &str) {
+    pub(crate) async fn embed_pattern(&mut self, pattern: &str) {
         let Some(dense) = self.dense.as_mut() else {
             return;
         };
@@ -103,12 +103,12 @@ impl<'a> Explorer<'a> {
             .collect()
     }
 
-    pub fn budget_left(&self) -> u64 {
+    pub(crate) fn budget_left(&self) -> u64 {
         self.cfg.max_tokens.saturating_sub(self.tokens)
     }
 
     /// Reads nodes of the working set (within the token budget).
-    pub fn peek(&mut self, ids: &[NodeId]) -> Result<Vec<Node>> {
+    pub(crate) fn peek(&mut self, ids: &[NodeId]) -> Result<Vec<Node>> {
         let ids = self.sanitise(ids);
         let mut out = Vec::new();
         let mut tokens = 0;
@@ -134,15 +134,16 @@ impl<'a> Explorer<'a> {
     /// Searches `levels` of the explored trees, optionally within given nodes, through the
     /// corpus's retrieval seam (BM25, fused with the dense ranking of the same candidates
     /// when the engine has an embedder).
-    pub fn grep(
+    pub(crate) fn grep(
         &mut self,
-        pattern: &str,
+        question: &Question,
         levels: &[Level],
         within: Option<&[NodeId]>,
         limit: usize,
     ) -> Result<Vec<(NodeId, f32)>> {
+        let pattern = question.text();
         let s = Search {
-            text: pattern,
+            question,
             levels,
             within,
             limit,
@@ -166,9 +167,13 @@ impl<'a> Explorer<'a> {
         Ok(hits)
     }
 
-    /// `ids` ranked by a search for `text` among them, through the same seam as `grep`.
+    /// `ids` ranked by a search for `question` among them, through the same seam as `grep`.
     /// Every id is kept: those without a hit score 0; ties keep the given order.
-    pub(crate) fn rank(&mut self, text: &str, ids: Vec<NodeId>) -> Result<Vec<(NodeId, f32)>> {
+    pub(crate) fn rank(
+        &mut self,
+        question: &Question,
+        ids: Vec<NodeId>,
+    ) -> Result<Vec<(NodeId, f32)>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -179,7 +184,7 @@ impl<'a> Explorer<'a> {
         levels.sort();
         levels.dedup();
         let s = Search {
-            text,
+            question,
             levels: &levels,
             within: Some(&ids),
             limit: ids.len(),
@@ -188,8 +193,9 @@ impl<'a> Explorer<'a> {
         self.step(
             "rank",
             format!(
-                "{} node(s) by {text:?}: {} hit(s){}",
+                "{} node(s) by {:?}: {} hit(s){}",
                 ids.len(),
+                question.text(),
                 found.hits.len(),
                 found.how
             ),
@@ -204,7 +210,7 @@ impl<'a> Explorer<'a> {
     }
 
     /// The children of working-set nodes: ABSTRACT → SUMMARY → DETAILED → FULL.
-    pub fn descend(&mut self, ids: &[NodeId]) -> Vec<NodeId> {
+    pub(crate) fn descend(&mut self, ids: &[NodeId]) -> Vec<NodeId> {
         let ids = self.sanitise(ids);
         let mut out = Vec::new();
         for id in &ids {
@@ -228,7 +234,7 @@ impl<'a> Explorer<'a> {
 
     /// Replaces the working set, keeping at least `min_keep` nodes (when there are that
     /// many), and records whether it narrowed.
-    pub fn narrow_to(&mut self, mut ranked: Vec<(NodeId, f32)>, keep: usize, what: &str) {
+    pub(crate) fn narrow_to(&mut self, mut ranked: Vec<(NodeId, f32)>, keep: usize, what: &str) {
         let before = self.working.len();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked.dedup_by_key(|x| x.0);
@@ -253,7 +259,7 @@ impl<'a> Explorer<'a> {
 
     /// True when the loop must stop: iteration budget spent, token budget spent, or two
     /// iterations in a row without narrowing.
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.iterations >= self.cfg.max_iterations
             || self.tokens >= self.cfg.max_tokens
             || self.no_narrowing >= 2
@@ -265,7 +271,7 @@ impl<'a> Explorer<'a> {
 
     /// Turns cited sentence ranges of FULL nodes into citations, verifying each quote
     /// against the source text. Unverifiable citations are dropped, never returned.
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         cited: Vec<(NodeId, u64, u64)>,
         confidence: f64,

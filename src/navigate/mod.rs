@@ -5,11 +5,11 @@
 //! with the best-supported source sentences, each cited by its exact byte span.
 
 mod explore;
-pub mod llm;
+pub(crate) mod llm;
 mod offline;
 
-pub use explore::Explorer;
-pub use offline::{normalise_question, offline};
+pub(crate) use explore::Explorer;
+pub(crate) use offline::offline;
 
 use serde::Serialize;
 

@@ -45,8 +45,9 @@ impl Nav<'_, '_> {
     pub(super) fn grep(&mut self, pattern: &str, level: Level) -> Result<()> {
         let working: Vec<NodeId> = self.ex.working.iter().map(|(id, _)| *id).collect();
         let within = self.beneath(&working, level);
+        let pattern_q = self.ex.corpus.question(pattern);
         let hits = self.ex.grep(
-            pattern,
+            &pattern_q,
             &[level],
             Some(&within),
             self.ex.cfg.top_chunks.max(self.ex.cfg.min_keep) * 2,

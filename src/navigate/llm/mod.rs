@@ -13,7 +13,7 @@
 //! verifiable quote — the offline policy answers instead and the fallback is counted.
 
 use super::{Explorer, QueryResult};
-use crate::corpus::Place;
+use crate::corpus::{Place, Question};
 use crate::error::Result;
 use crate::level::Level;
 use crate::model::{ChatModel, ModelError, prompts};
@@ -44,6 +44,8 @@ struct Nav<'e, 'a> {
     ex: Explorer<'a>,
     question: &'e str,
     intent: Intent,
+    /// The question and the intent's keywords, analysed once: what nodes are ranked by.
+    ranking: Question,
     hypothesis: String,
     notes: Vec<String>,
     observation: String,
@@ -84,7 +86,7 @@ enum Next {
 }
 
 /// Answers `question` with `root` choosing the steps; `helper` serves `partition_map`.
-pub async fn run(
+pub(crate) async fn run(
     ex: Explorer<'_>,
     question: &str,
     root: &dyn ChatModel,
@@ -125,6 +127,7 @@ impl<'e, 'a> Nav<'e, 'a> {
             ex,
             question,
             intent: Intent::default(),
+            ranking: Question::default(),
             hypothesis: String::new(),
             notes: Vec::new(),
             observation: String::new(),
@@ -166,6 +169,8 @@ impl<'e, 'a> Nav<'e, 'a> {
             i.keywords.join(", ")
         );
         self.ex.step("intent", detail);
+        let ranking = format!("{} {}", self.question, self.intent.keywords.join(" "));
+        self.ranking = self.ex.corpus.question(&ranking);
         Ok(())
     }
 
@@ -407,8 +412,7 @@ impl<'e, 'a> Nav<'e, 'a> {
     /// `ids` ranked for the question and the intent's keywords, through the explorer's
     /// retrieval seam (ties: given order).
     fn rank(&mut self, ids: Vec<NodeId>) -> Result<Vec<(NodeId, f32)>> {
-        let query = format!("{} {}", self.question, self.intent.keywords.join(" "));
-        self.ex.rank(&query, ids)
+        self.ex.rank(&self.ranking, ids)
     }
 
     fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {

@@ -6,11 +6,11 @@ use serde_json::Value;
 
 /// What the question asks, fixed before the loop so that later turns cannot drift.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Intent {
-    pub entity: String,
-    pub attribute: String,
-    pub output_type: String,
-    pub keywords: Vec<String>,
+pub(crate) struct Intent {
+    pub(crate) entity: String,
+    pub(crate) attribute: String,
+    pub(crate) output_type: String,
+    pub(crate) keywords: Vec<String>,
 }
 
 const OUTPUT_TYPES: [&str; 6] = ["number", "date", "name", "list", "yes_no", "text"];

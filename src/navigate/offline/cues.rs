@@ -1,5 +1,6 @@
 //! What a question asks beyond its words.
 
+use crate::corpus::Question;
 use crate::navigate::Explorer;
 use std::collections::HashSet;
 
@@ -35,7 +36,7 @@ const SAME_ROUND: &[&str] = &[
 
 /// Query-time normalisation: one line, single spaces, no trailing question mark or
 /// quotes, so that the surface of a question does not change what it retrieves.
-pub fn normalise_question(q: &str) -> String {
+pub(super) fn normalise_question(q: &str) -> String {
     q.split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
@@ -45,7 +46,8 @@ pub fn normalise_question(q: &str) -> String {
 }
 
 impl Cues {
-    pub(super) fn of(ex: &Explorer<'_>, q: &str) -> Cues {
+    pub(super) fn of(ex: &Explorer<'_>, question: &Question) -> Cues {
+        let q = question.text();
         let index = ex.corpus;
         let words: Vec<String> = q
             .split(|c: char| !c.is_alphanumeric() && c != '\'')

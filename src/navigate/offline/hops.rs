@@ -1,6 +1,7 @@
 //! Answers in more than one step: a second hop through a bridge, and "in the round where".
 
-use super::{Cues, Selection, answer, candidates, weights};
+use super::{Cues, Selection, answer, candidates};
+use crate::corpus::Question;
 use crate::error::Result;
 use crate::navigate::Explorer;
 use crate::node::NodeId;
@@ -31,7 +32,7 @@ fn bridges(ex: &Explorer<'_>, quote: &str, question_terms: &[String]) -> Vec<(St
 /// sentence that contains the bridge.
 pub(super) fn second_hop(
     ex: &mut Explorer<'_>,
-    question: &str,
+    question: &Question,
     cues: &Cues,
     sel: &mut Selection,
 ) -> Result<()> {
@@ -61,6 +62,7 @@ pub(super) fn second_hop(
     };
     // The uncovered words as the question has them (the index's terms are stems).
     let words: Vec<&str> = question
+        .text()
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| {
             let a = index.analyze(w);
@@ -76,6 +78,7 @@ pub(super) fn second_hop(
         objects: cues.objects.clone(),
         ..Default::default()
     };
+    let hop_q = index.question(&hop_q);
     let Some(hop) = answer(ex, &hop_q, &hop_cues, false)? else {
         return Ok(());
     };
@@ -115,12 +118,14 @@ pub(super) fn same_round(
     main: &str,
     anchor: &str,
 ) -> Result<Option<Selection>> {
-    let main_cues = Cues::of(ex, main);
+    let main = ex.corpus.question(main);
+    let main_cues = Cues::of(ex, &main);
     if main_cues.subjects.is_empty() {
         return Ok(None);
     }
-    let anchor_cues = Cues::of(ex, anchor);
-    let Some(a) = answer(ex, anchor, &anchor_cues, true)? else {
+    let anchor = ex.corpus.question(anchor);
+    let anchor_cues = Cues::of(ex, &anchor);
+    let Some(a) = answer(ex, &anchor, &anchor_cues, true)? else {
         return Ok(None);
     };
     let Some(Some(round)) = a.rounds.first().copied() else {
@@ -156,8 +161,7 @@ pub(super) fn same_round(
     ));
     ex.working = turns.iter().map(|id| (*id, 1.0)).collect();
     let chunks = ex.peek(&turns)?;
-    let terms = index.analyze(main);
-    let idf = weights(&index, main, &terms);
+    let idf = main.weights().clone();
     let rank: HashMap<NodeId, f64> = turns.iter().map(|id| (*id, 1.0)).collect();
     let mut cands = candidates(ex, &chunks, &idf, &rank, &main_cues);
     cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));

@@ -1,6 +1,7 @@
 //! The offline policy: BM25 drives the descent, sentences are the answer.
 
 use super::{Explorer, QueryResult};
+use crate::corpus::Question;
 use crate::error::Result;
 use crate::node::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,10 +12,10 @@ mod retrieve;
 mod score;
 
 use cues::Cues;
-pub use cues::normalise_question;
+use cues::normalise_question;
 use hops::{same_round, second_hop};
 use retrieve::retrieve;
-use score::{candidates, weights};
+use score::candidates;
 
 /// A candidate answer span: one sentence of a read chunk, or two adjacent ones.
 struct Cand {
@@ -57,10 +58,9 @@ impl Selection {
 /// descent, sentences are the answer. Questions that name a round by what happened in it
 /// are answered in two steps; answers that leave question terms uncovered and name
 /// something the question does not (a bridge) get a second hop.
-pub fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
-    let question = normalise_question(question);
-    let terms = ex.corpus.analyze(&question);
-    if terms.is_empty() {
+pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
+    let question = ex.corpus.question(&normalise_question(question));
+    if question.terms().is_empty() {
         ex.history
             .push("the question has no searchable words (only stop words?)".into());
         return ex.finish(Vec::new(), 0.0);
@@ -91,21 +91,18 @@ fn strip(cited: Vec<(NodeId, u64, u64, String)>) -> Vec<(NodeId, u64, u64)> {
 /// evidence (the same terms, nearly the same score: "the three ingredients").
 fn answer(
     ex: &mut Explorer<'_>,
-    question: &str,
+    question: &Question,
     cues: &Cues,
     first_pass: bool,
 ) -> Result<Option<Selection>> {
     let cfg = ex.cfg.clone();
-    let index = ex.corpus;
-    let terms = index.analyze(question);
-    if terms.is_empty() {
+    if question.terms().is_empty() {
         return Ok(None);
     }
     let Some((chunks, chunk_rank)) = retrieve(ex, question, cues, first_pass)? else {
         return Ok(None);
     };
-    // Ordered maps: float sums must not depend on hash order (same answer in every process).
-    let idf = weights(&index, question, &terms);
+    let idf = question.weights().clone();
     let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     cands.sort_by(|a, b| {
         b.score

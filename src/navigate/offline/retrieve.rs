@@ -2,6 +2,7 @@
 
 use super::Cues;
 use crate::corpus::Place;
+use crate::corpus::Question;
 use crate::error::Result;
 use crate::level::Level;
 use crate::navigate::Explorer;
@@ -15,7 +16,7 @@ type Retrieved = (Vec<Node>, HashMap<NodeId, f64>);
 /// chunks and how well each matched as a whole (normalised to the best).
 pub(super) fn retrieve(
     ex: &mut Explorer<'_>,
-    question: &str,
+    question: &Question,
     cues: &Cues,
     first_pass: bool,
 ) -> Result<Option<Retrieved>> {

@@ -131,23 +131,3 @@ pub(super) fn candidates(
     }
     cands
 }
-
-/// Each question term's weight: its idf, times [`crate::index::NAME_BOOST`] for names.
-pub(super) fn weights(
-    index: &crate::corpus::Corpus<'_>,
-    question: &str,
-    terms: &[String],
-) -> BTreeMap<String, f64> {
-    let names = index.name_terms(question);
-    terms
-        .iter()
-        .map(|t| {
-            let boost = if names.contains(t) {
-                crate::index::NAME_BOOST
-            } else {
-                1.0
-            };
-            (t.clone(), boost * index.idf(t))
-        })
-        .collect()
-}
