@@ -3,7 +3,7 @@
 
 use crate::build::{BuildReport, Builder, Progress};
 use crate::chunk::{self, Chunk, Structure};
-use crate::config::Config;
+use crate::config::{Config, Strategy};
 use crate::context::{ContextWindow, LevelChoice};
 use crate::corpus::Corpus;
 use crate::error::{Error, Result};
@@ -838,7 +838,11 @@ impl Engine {
             self.sync_index()?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
             explorer.embed_question(question).await;
-            match self.root.as_ref().filter(|_| qcfg.strategy != "offline") {
+            match self
+                .root
+                .as_ref()
+                .filter(|_| qcfg.strategy == Strategy::Auto)
+            {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
                     crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await

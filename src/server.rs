@@ -430,14 +430,8 @@ struct QueryRequest {
 
 fn query_config(s: &AppState, q: &QueryRequest) -> ApiResult<QueryConfig> {
     let mut cfg = s.engine.config().query.clone();
-    match q.strategy.as_deref() {
-        None => {}
-        Some(st @ ("auto" | "offline")) => cfg.strategy = st.into(),
-        Some(other) => {
-            return Err(ApiError::bad(format!(
-                "unknown strategy `{other}`: expected auto (the root model when one is configured, else offline) or offline"
-            )));
-        }
+    if let Some(st) = &q.strategy {
+        cfg.strategy = st.parse()?;
     }
     if let Some(n) = q.max_iterations {
         if n == 0 || n > 100 {

@@ -12,6 +12,32 @@ use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use std::collections::{HashMap, HashSet};
 
+/// A span a policy cites: a FULL node and a byte range of its source. Not yet verified:
+/// [`Explorer::finish`] checks it against the chunk and the source text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cited {
+    pub(crate) node: NodeId,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+impl Cited {
+    /// The byte range `start..end` of a FULL node's text, as a span of its source.
+    pub(crate) fn in_chunk(n: &Node, start: usize, end: usize) -> Cited {
+        let base = n.citations[0].start;
+        Cited {
+            node: n.id,
+            start: base + start as u64,
+            end: base + end as u64,
+        }
+    }
+
+    /// Whether the two spans share a byte of one node.
+    pub(crate) fn overlaps(&self, other: &Cited) -> bool {
+        self.node == other.node && self.start < other.end && other.start < self.end
+    }
+}
+
 /// The primitives, with their safeguards and accounting.
 pub(crate) struct Explorer<'a> {
     pub(super) corpus: Corpus<'a>,
@@ -271,15 +297,16 @@ impl<'a> Explorer<'a> {
 
     /// Turns cited sentence ranges of FULL nodes into citations, verifying each quote
     /// against the source text. Unverifiable citations are dropped, never returned.
-    pub(crate) fn finish(
-        mut self,
-        cited: Vec<(NodeId, u64, u64)>,
-        confidence: f64,
-    ) -> Result<QueryResult> {
+    pub(crate) fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {
         let mut citations = Vec::new();
         let mut quotes = Vec::new();
         let mut texts: HashMap<(usize, usize), String> = HashMap::new();
-        for (id, start, end) in cited {
+        for Cited {
+            node: id,
+            start,
+            end,
+        } in cited
+        {
             let Some(Place::Full(pi, ci)) = self.place(&id) else {
                 continue;
             };

@@ -8,7 +8,7 @@ mod explore;
 pub(crate) mod llm;
 mod offline;
 
-pub(crate) use explore::Explorer;
+pub(crate) use explore::{Cited, Explorer};
 pub(crate) use offline::offline;
 
 use serde::Serialize;

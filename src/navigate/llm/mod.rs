@@ -12,7 +12,7 @@
 //! round). When the model fails — errors after its retries, replies that never parse, no
 //! verifiable quote — the offline policy answers instead and the fallback is counted.
 
-use super::{Explorer, QueryResult};
+use super::{Cited, Explorer, QueryResult};
 use crate::corpus::{Place, Question};
 use crate::error::Result;
 use crate::level::Level;
@@ -26,6 +26,8 @@ mod quote;
 mod reply;
 mod view;
 
+use quote::Resolved;
+
 use reply::{Action, Intent, QuoteRef, Turn, parse_json};
 
 /// Working-set entries shown to the model per turn (the rest are listed as a count).
@@ -37,8 +39,11 @@ const PEEK_MAX: usize = 6;
 /// FULL chunks searched for one quote cited against a higher node.
 const QUOTE_SCAN: usize = 64;
 
-/// A verified citation: a FULL node and a byte range of its source.
-type Cited = (NodeId, u64, u64);
+/// An answer the model gave that was not ready, kept for when turns run out.
+struct Draft {
+    cited: Vec<Cited>,
+    confidence: f64,
+}
 
 struct Nav<'e, 'a> {
     ex: Explorer<'a>,
@@ -60,7 +65,7 @@ struct Nav<'e, 'a> {
     /// Answers that were not ready and were sent back for refinement.
     refinements: u32,
     /// The best answer the model gave that was not ready, kept for when turns run out.
-    best: Option<(Vec<Cited>, f64)>,
+    best: Option<Draft>,
 }
 
 /// A root-model reply: a JSON object, or why it cannot be used.
@@ -264,7 +269,11 @@ impl<'e, 'a> Nav<'e, 'a> {
         ready: bool,
         last: bool,
     ) -> Result<Flow> {
-        let (cited, problems, share) = self.resolve_quotes(quotes)?;
+        let Resolved {
+            cited,
+            problems,
+            share,
+        } = self.resolve_quotes(quotes)?;
         // Confidence is the model's, discounted by the share of its quotes that could not
         // be verified.
         let confidence = if confidence.is_finite() {
@@ -310,8 +319,12 @@ impl<'e, 'a> Nav<'e, 'a> {
     /// feedback while turns remain.
     fn refine(&mut self, cited: Vec<Cited>, confidence: f64, problems: &[String]) {
         let n = cited.len();
-        if self.best.as_ref().is_none_or(|b| confidence >= b.1) {
-            self.best = Some((cited, confidence));
+        if self
+            .best
+            .as_ref()
+            .is_none_or(|b| confidence >= b.confidence)
+        {
+            self.best = Some(Draft { cited, confidence });
         }
         self.refinements += 1;
         self.ex.history.push(format!(
@@ -338,7 +351,7 @@ impl<'e, 'a> Nav<'e, 'a> {
     /// policy answers.
     fn conclude(mut self) -> Result<QueryResult> {
         match self.best.take() {
-            Some((cited, confidence)) => {
+            Some(Draft { cited, confidence }) => {
                 if !self
                     .ex
                     .history

@@ -85,13 +85,18 @@ fn locate_by_words(text: &str, quote: &str) -> Option<(usize, usize)> {
     best.map(|(_, s, e)| (s, e))
 }
 
+/// The quotes of a `finish`, located: the verified spans, what could not be verified, and
+/// the share of the quotes considered that were verified.
+pub(super) struct Resolved {
+    pub(super) cited: Vec<Cited>,
+    pub(super) problems: Vec<String>,
+    pub(super) share: f64,
+}
+
 impl Nav<'_, '_> {
     /// Locates each quote in a FULL chunk at or beneath its node. Returns the verified
     /// (FULL node, start, end) spans and what could not be verified.
-    pub(super) fn resolve_quotes(
-        &mut self,
-        quotes: &[QuoteRef],
-    ) -> Result<(Vec<Cited>, Vec<String>, f64)> {
+    pub(super) fn resolve_quotes(&mut self, quotes: &[QuoteRef]) -> Result<Resolved> {
         let mut cited: Vec<Cited> = Vec::new();
         let mut problems = Vec::new();
         let considered = quotes.len().min(self.ex.cfg.max_citations.max(1) * 2);
@@ -112,8 +117,7 @@ impl Nav<'_, '_> {
             for f in fulls.iter().take(QUOTE_SCAN) {
                 let n = self.ex.corpus.node(f, self.ex.now)?;
                 if let Some((s, e)) = locate(&n.text, &wanted) {
-                    let base = n.citations[0].start;
-                    found = Some((*f, base + s as u64, base + e as u64));
+                    found = Some(Cited::in_chunk(&n, s, e));
                     break;
                 }
                 if q.quote.is_empty() && fulls.len() == 1 {
@@ -121,8 +125,7 @@ impl Nav<'_, '_> {
                     let t = n.text.trim_end();
                     let s = n.text.len() - n.text.trim_start().len();
                     if s < t.len() {
-                        let base = n.citations[0].start;
-                        found = Some((*f, base + s as u64, base + t.len() as u64));
+                        found = Some(Cited::in_chunk(&n, s, t.len()));
                     }
                 }
             }
@@ -139,8 +142,7 @@ impl Nav<'_, '_> {
                 for f in others {
                     let n = self.ex.corpus.node(&f, self.ex.now)?;
                     if let Some((s, e)) = locate_verbatim(&n.text, &q.quote) {
-                        let base = n.citations[0].start;
-                        found = Some((f, base + s as u64, base + e as u64));
+                        found = Some(Cited::in_chunk(&n, s, e));
                         problems.push(format!(
                             "quote cited as {} is in {}",
                             q.id,
@@ -164,7 +166,11 @@ impl Nav<'_, '_> {
             }
         }
         cited.truncate(self.ex.cfg.max_citations.max(1));
-        Ok((cited, problems, verified as f64 / considered.max(1) as f64))
+        Ok(Resolved {
+            cited,
+            problems,
+            share: verified as f64 / considered.max(1) as f64,
+        })
     }
 }
 

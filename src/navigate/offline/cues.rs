@@ -11,12 +11,21 @@ use std::collections::HashSet;
 pub(super) struct Cues {
     pub(super) earliest: bool,
     pub(super) latest: bool,
-    /// "What did X propose in the round where Y moved …": (main question, anchor clause).
-    pub(super) same_round: Option<(String, String)>,
+    /// "What did X propose in the round where Y moved …".
+    pub(super) same_round: Option<SameRound>,
     /// Analysed terms of speakers the question names as the speaker.
     pub(super) subjects: HashSet<String>,
     /// Analysed terms of speakers the question names as someone spoken about.
     pub(super) objects: HashSet<String>,
+}
+
+/// A question that names a round by what happened in it, split in two.
+#[derive(Debug)]
+pub(super) struct SameRound {
+    /// The main question: "What did X propose".
+    pub(super) main: String,
+    /// The clause that names the round: "Y moved …".
+    pub(super) anchor: String,
 }
 
 /// Words after which a named speaker is the one spoken about, not the one speaking.
@@ -73,7 +82,10 @@ impl Cues {
                         .unwrap_or(&anchor)
                         .trim()
                         .to_string();
-                    c.same_round = Some((orig_main, orig_anchor));
+                    c.same_round = Some(SameRound {
+                        main: orig_main,
+                        anchor: orig_anchor,
+                    });
                 }
                 break;
             }

@@ -1,9 +1,9 @@
 //! Answers in more than one step: a second hop through a bridge, and "in the round where".
 
-use super::{Cues, Selection, answer, candidates};
+use super::{Cues, Quote, Selection, answer, candidates};
 use crate::corpus::Question;
 use crate::error::Result;
-use crate::navigate::Explorer;
+use crate::navigate::{Cited, Explorer};
 use crate::node::NodeId;
 use crate::text;
 use std::collections::{BTreeSet, HashMap};
@@ -42,7 +42,7 @@ pub(super) fn second_hop(
         .filter(|t| !sel.covered.contains(*t))
         .cloned()
         .collect();
-    let Some((_, _, _, quote)) = sel.cited.first() else {
+    let Some(Quote { text: quote, .. }) = sel.cited.first() else {
         return Ok(());
     };
     // The bridge comes from the sentence that matched (a cited pair's other sentence may
@@ -84,12 +84,8 @@ pub(super) fn second_hop(
     };
     // The best hop sentence that names the bridge and is not cited already.
     let found = hop.cited.iter().find_map(|c| {
-        let (n, s, e, q) = c;
-        let fresh = !sel
-            .cited
-            .iter()
-            .any(|(m, a, b, _)| m == n && a < e && s < b);
-        let got = index.analyze(q);
+        let fresh = !sel.cited.iter().any(|m| m.at.overlaps(&c.at));
+        let got = index.analyze(&c.text);
         (fresh && bridge_terms.iter().all(|t| got.contains(t))).then(|| (c.clone(), got))
     });
     let Some((best, got)) = found.filter(|(_, got)| uncovered.iter().any(|t| got.contains(t)))
@@ -167,30 +163,20 @@ pub(super) fn same_round(
     cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));
     // No sentence shares a word with the main question: the turn's first sentence stands
     // for it (the question asked what this speaker said then).
-    let main_pick = match cands.first() {
-        Some(c) => (
-            c.node,
-            c.start,
-            c.end,
-            c.quote.clone(),
-            c.tf.keys().cloned().collect(),
-        ),
+    let (main_pick, mut covered): (Quote, BTreeSet<String>) = match cands.first() {
+        Some(c) => (c.to_quote(), c.tf.keys().cloned().collect()),
         None => {
             let n = &chunks[0];
             let Some(s) = text::sentences(&n.text).into_iter().next() else {
                 return Ok(None);
             };
-            let base = n.citations[0].start;
-            (
-                n.id,
-                base + s.start as u64,
-                base + s.end as u64,
-                n.text[s.start..s.end].to_string(),
-                BTreeSet::new(),
-            )
+            let quote = Quote {
+                at: Cited::in_chunk(n, s.start, s.end),
+                text: n.text[s.start..s.end].to_string(),
+            };
+            (quote, BTreeSet::new())
         }
     };
-    let mut covered: BTreeSet<String> = main_pick.4;
     covered.extend(
         main_cues
             .subjects
@@ -198,7 +184,7 @@ pub(super) fn same_round(
             .filter(|t| idf.contains_key(*t))
             .cloned(),
     );
-    let mut cited = vec![(main_pick.0, main_pick.1, main_pick.2, main_pick.3)];
+    let mut cited = vec![main_pick];
     let mut rounds = vec![Some(round)];
     if let Some(first) = a.cited.first() {
         cited.push(first.clone());

@@ -1,6 +1,6 @@
 //! The offline policy: BM25 drives the descent, sentences are the answer.
 
-use super::{Explorer, QueryResult};
+use super::{Cited, Explorer, QueryResult};
 use crate::corpus::Question;
 use crate::error::Result;
 use crate::node::NodeId;
@@ -11,10 +11,10 @@ mod hops;
 mod retrieve;
 mod score;
 
-use cues::Cues;
 use cues::normalise_question;
+use cues::{Cues, SameRound};
 use hops::{same_round, second_hop};
-use retrieve::retrieve;
+use retrieve::{Retrieved, retrieve};
 use score::candidates;
 
 /// A candidate answer span: one sentence of a read chunk, or two adjacent ones.
@@ -34,10 +34,30 @@ struct Cand {
     round: Option<u32>,
 }
 
+impl Cand {
+    fn to_quote(&self) -> Quote {
+        Quote {
+            at: Cited {
+                node: self.node,
+                start: self.start,
+                end: self.end,
+            },
+            text: self.quote.clone(),
+        }
+    }
+}
+
+/// A chosen answer span and its text.
+#[derive(Clone, Debug)]
+struct Quote {
+    at: Cited,
+    text: String,
+}
+
 /// What one pass of retrieval chose.
 struct Selection {
-    /// (FULL node, start, end, quote), the primary citation first.
-    cited: Vec<(NodeId, u64, u64, String)>,
+    /// The primary citation first.
+    cited: Vec<Quote>,
     covered: BTreeSet<String>,
     idf: BTreeMap<String, f64>,
     rounds: Vec<Option<u32>>,
@@ -66,7 +86,7 @@ pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResul
         return ex.finish(Vec::new(), 0.0);
     }
     let cues = Cues::of(&ex, &question);
-    if let Some((main, anchor)) = &cues.same_round
+    if let Some(SameRound { main, anchor }) = &cues.same_round
         && let Some(sel) = same_round(&mut ex, main, anchor)?
     {
         let confidence = sel.confidence();
@@ -82,8 +102,8 @@ pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResul
     ex.finish(strip(sel.cited), confidence)
 }
 
-fn strip(cited: Vec<(NodeId, u64, u64, String)>) -> Vec<(NodeId, u64, u64)> {
-    cited.into_iter().map(|(n, s, e, _)| (n, s, e)).collect()
+fn strip(cited: Vec<Quote>) -> Vec<Cited> {
+    cited.into_iter().map(|q| q.at).collect()
 }
 
 /// One pass: retrieve, score, choose. The first citation is the answer; others are added
@@ -99,7 +119,7 @@ fn answer(
     if question.terms().is_empty() {
         return Ok(None);
     }
-    let Some((chunks, chunk_rank)) = retrieve(ex, question, cues, first_pass)? else {
+    let Some(Retrieved { chunks, chunk_rank }) = retrieve(ex, question, cues, first_pass)? else {
         return Ok(None);
     };
     let idf = question.weights().clone();
@@ -182,13 +202,7 @@ fn answer(
         order.len()
     ));
     Ok(Some(Selection {
-        cited: order
-            .iter()
-            .map(|&i| {
-                let c = &cands[i];
-                (c.node, c.start, c.end, c.quote.clone())
-            })
-            .collect(),
+        cited: order.iter().map(|&i| cands[i].to_quote()).collect(),
         rounds: order.iter().map(|&i| cands[i].round).collect(),
         covered: covered
             .into_iter()

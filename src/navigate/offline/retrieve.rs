@@ -10,7 +10,11 @@ use crate::node::{Node, NodeId};
 use std::collections::HashMap;
 
 /// Read chunks, and how well each matched as a whole (normalised to the best).
-type Retrieved = (Vec<Node>, HashMap<NodeId, f64>);
+pub(super) struct Retrieved {
+    pub(super) chunks: Vec<Node>,
+    /// FULL node → its retrieval score over the best one's.
+    pub(super) chunk_rank: HashMap<NodeId, f64>,
+}
 
 /// Steps 1–4 of a pass: rank scopes, pick groups, pick chunks, read them. Returns the read
 /// chunks and how well each matched as a whole (normalised to the best).
@@ -187,5 +191,5 @@ pub(super) fn retrieve(
     };
     ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
     let chunks = ex.peek(&fulls)?;
-    Ok(Some((chunks, chunk_rank)))
+    Ok(Some(Retrieved { chunks, chunk_rank }))
 }
