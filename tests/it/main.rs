@@ -4,6 +4,7 @@ mod bad_input;
 mod cli;
 mod eval;
 mod hybrid;
+mod navigate;
 mod openai;
 mod pipeline;
 mod props;
