@@ -159,7 +159,39 @@ pub struct QueryConfig {
     pub start_level: crate::level::Level,
     /// `auto`: the LLM navigator when `model.root` is set, else the offline one;
     /// `offline`: always the offline (BM25) navigator.
-    pub strategy: String,
+    pub strategy: Strategy,
+}
+
+/// Which navigator answers a query. Parsed once, from the same strings in the config file,
+/// `STRATA_QUERY_STRATEGY` and an HTTP query's `strategy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum Strategy {
+    /// The LLM navigator when `model.root` is set, else the offline one.
+    #[default]
+    Auto,
+    /// Always the offline (BM25) navigator.
+    Offline,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Strategy> {
+        match s {
+            "auto" => Ok(Strategy::Auto),
+            "offline" => Ok(Strategy::Offline),
+            other => Err(Error::invalid(format!(
+                "unknown strategy `{other}`: expected auto (the root model when one is configured, else offline) or offline"
+            ))),
+        }
+    }
+}
+
+impl TryFrom<String> for Strategy {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Strategy> {
+        s.parse()
+    }
 }
 
 impl Default for QueryConfig {
@@ -174,7 +206,7 @@ impl Default for QueryConfig {
             max_citations: 3,
             ready_threshold: 0.5,
             start_level: crate::level::Level::Abstract,
-            strategy: "auto".into(),
+            strategy: Strategy::Auto,
         }
     }
 }
@@ -439,12 +471,6 @@ impl Config {
         }
         if self.query.max_iterations == 0 || self.query.min_keep == 0 {
             return bad("query.max_iterations and query.min_keep must be at least 1");
-        }
-        if !matches!(self.query.strategy.as_str(), "auto" | "offline") {
-            return Err(Error::Config(format!(
-                "query.strategy must be auto or offline, got {:?}",
-                self.query.strategy
-            )));
         }
         crate::model::ModelSpec::parse(&self.model.sub)
             .map_err(|e| Error::Config(format!("model.sub: {e}")))?;

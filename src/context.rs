@@ -1,7 +1,7 @@
 //! Context windows: a scope at one level, or the best mix of levels (`auto`), within a
 //! budget of real tokens.
 
-use crate::engine::Engine;
+use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::node::{Node, NodeId};
@@ -92,8 +92,8 @@ pub fn check_budget(budget: usize) -> Result<()> {
 }
 
 /// Builds a window for `scope`; the caller has made sure its tree is live.
-pub fn window(
-    engine: &Engine,
+pub(crate) fn window(
+    corpus: &Corpus<'_>,
     plan: &Plan,
     choice: LevelChoice,
     budget: usize,
@@ -101,8 +101,8 @@ pub fn window(
 ) -> Result<ContextWindow> {
     check_budget(budget)?;
     let (items, omitted_before) = match choice {
-        LevelChoice::Fixed(level) => fixed(engine, plan, level, budget, now)?,
-        LevelChoice::Auto => auto(engine, plan, budget, now)?,
+        LevelChoice::Fixed(level) => fixed(corpus, plan, level, budget, now)?,
+        LevelChoice::Auto => auto(corpus, plan, budget, now)?,
     };
     let (text, tokens, items, dropped) = fit(items, budget);
     Ok(ContextWindow {
@@ -151,8 +151,7 @@ fn fit(mut items: Vec<Item>, budget: usize) -> (String, usize, Vec<Item>, usize)
     }
 }
 
-fn label(engine: &Engine, plan: &Plan, ci: usize, text: &str) -> String {
-    let _ = engine;
+fn label(plan: &Plan, ci: usize, text: &str) -> String {
     match plan.chunk_label(ci) {
         Some(l) => format!("{l}: {text}"),
         None => text.to_string(),
@@ -160,7 +159,7 @@ fn label(engine: &Engine, plan: &Plan, ci: usize, text: &str) -> String {
 }
 
 /// One item per group at `level` (FULL and DETAILED concatenate the group's chunks).
-fn group_item(engine: &Engine, plan: &Plan, gi: usize, level: Level, now: u64) -> Result<Item> {
+fn group_item(corpus: &Corpus<'_>, plan: &Plan, gi: usize, level: Level, now: u64) -> Result<Item> {
     let g = &plan.groups[gi];
     let header = Some(format!("## {} ({})", g.label, level));
     let order = gi + 1;
@@ -176,7 +175,7 @@ fn group_item(engine: &Engine, plan: &Plan, gi: usize, level: Level, now: u64) -
                 } else {
                     c.detailed
                 };
-                let n = engine.node(&id, now)?;
+                let n = corpus.node(&id, now)?;
                 // FULL chunks of one source are contiguous: no separator, no repeated label.
                 if last_source == Some(c.source) && level == Level::Full {
                     body.push_str(&n.text);
@@ -184,7 +183,7 @@ fn group_item(engine: &Engine, plan: &Plan, gi: usize, level: Level, now: u64) -
                     if !body.is_empty() {
                         body.push_str(if body.ends_with('\n') { "" } else { "\n" });
                     }
-                    body.push_str(&label(engine, plan, ci, n.text.trim_start()));
+                    body.push_str(&label(plan, ci, n.text.trim_start()));
                 }
                 last_source = Some(c.source);
                 nodes.push((n.id, n.level, n.tokens));
@@ -197,7 +196,7 @@ fn group_item(engine: &Engine, plan: &Plan, gi: usize, level: Level, now: u64) -
             })
         }
         _ => {
-            let n = engine.node(&g.summary, now)?;
+            let n = corpus.node(&g.summary, now)?;
             Ok(Item {
                 header,
                 body: n.text.clone(),
@@ -223,20 +222,20 @@ fn cost(i: &Item) -> usize {
 
 /// A single level. Debates keep the most recent nodes that fit, documents the first ones.
 fn fixed(
-    engine: &Engine,
+    corpus: &Corpus<'_>,
     plan: &Plan,
     level: Level,
     budget: usize,
     now: u64,
 ) -> Result<(Vec<Item>, usize)> {
     let all: Vec<Item> = match level {
-        Level::Abstract => vec![overview(&engine.node(&plan.abstract_id, now)?)],
+        Level::Abstract => vec![overview(&corpus.node(&plan.abstract_id, now)?)],
         Level::Metadata => {
             let mut v = vec![overview(
-                &engine.node(&plan.metadata[&plan.abstract_id], now)?,
+                &corpus.node(&plan.metadata[&plan.abstract_id], now)?,
             )];
             for (gi, g) in plan.groups.iter().enumerate() {
-                let n = engine.node(&plan.metadata[&g.summary], now)?;
+                let n = corpus.node(&plan.metadata[&g.summary], now)?;
                 v.push(Item {
                     header: Some(format!("## {} (metadata)", g.label)),
                     body: n.text.clone(),
@@ -247,7 +246,7 @@ fn fixed(
             v
         }
         _ => (0..plan.groups.len())
-            .map(|gi| group_item(engine, plan, gi, level, now))
+            .map(|gi| group_item(corpus, plan, gi, level, now))
             .collect::<Result<_>>()?,
     };
     let total = all.len();
@@ -276,14 +275,14 @@ fn fixed(
 /// (most recent first if not all fit), then more recent rounds upgraded to FULL or DETAILED
 /// while the budget allows. Documents: the ABSTRACT, a SUMMARY of every section in order,
 /// then sections upgraded in order.
-fn auto(engine: &Engine, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<Item>, usize)> {
+fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<Item>, usize)> {
     let n = plan.groups.len();
     let mut p = Packer {
         items: (0..=n).map(|_| None).collect(),
         costs: vec![0; n],
         used: 0,
     };
-    let abs = overview(&engine.node(&plan.abstract_id, now)?);
+    let abs = overview(&corpus.node(&plan.abstract_id, now)?);
     let c = cost(&abs);
     // The overview is worth at most half the window: past that, the groups say more.
     if c <= budget / 2 {
@@ -297,13 +296,13 @@ fn auto(engine: &Engine, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<It
     let fine = [Level::Full, Level::Detailed];
     if plan.kind == ScopeKind::Debate && n > 0 {
         let half = p.used + (budget - p.used) / 2;
-        p.place(engine, plan, now, n - 1, &fine, half)?;
+        p.place(corpus, plan, now, n - 1, &fine, half)?;
     }
     for &gi in &order {
         // A debate keeps a contiguous run of recent rounds: no gap where a long round
         // did not fit and an older, shorter one did.
         if p.costs[gi] == 0
-            && !p.place(engine, plan, now, gi, &[Level::Summary], budget)?
+            && !p.place(corpus, plan, now, gi, &[Level::Summary], budget)?
             && plan.kind == ScopeKind::Debate
         {
             break;
@@ -316,7 +315,7 @@ fn auto(engine: &Engine, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<It
         if placed_finer {
             continue;
         }
-        if !p.place(engine, plan, now, gi, &fine, budget)? {
+        if !p.place(corpus, plan, now, gi, &fine, budget)? {
             break;
         }
     }
@@ -335,7 +334,7 @@ impl Packer {
     /// Puts group `gi` at the finest of `levels` that keeps the total within `limit`.
     fn place(
         &mut self,
-        engine: &Engine,
+        corpus: &Corpus<'_>,
         plan: &Plan,
         now: u64,
         gi: usize,
@@ -343,7 +342,7 @@ impl Packer {
         limit: usize,
     ) -> Result<bool> {
         for &level in levels {
-            let it = group_item(engine, plan, gi, level, now)?;
+            let it = group_item(corpus, plan, gi, level, now)?;
             let c = cost(&it);
             if self.used - self.costs[gi] + c <= limit {
                 self.used = self.used - self.costs[gi] + c;

@@ -3,8 +3,9 @@
 
 use crate::build::{BuildReport, Builder, Progress};
 use crate::chunk::{self, Chunk, Structure};
-use crate::config::Config;
+use crate::config::{Config, Strategy};
 use crate::context::{ContextWindow, LevelChoice};
+use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::level::Level;
@@ -785,20 +786,19 @@ impl Engine {
         Ok((built, Some(report)))
     }
 
+    /// The read handle context windows and the navigator read through.
+    pub(crate) fn corpus(&self) -> Corpus<'_> {
+        Corpus::new(&self.store, &self.index, self.embedder.as_ref(), &self.cfg)
+    }
+
     /// A live node of `plan`, or a clear error when the build could not make it.
     pub fn node(&self, id: &NodeId, now: u64) -> Result<Node> {
-        self.store.get_live(id, now)?.ok_or_else(|| {
-            Error::NotBuilt(format!(
-                "node {id} is not available (its build failed; see `strata compress`)"
-            ))
-        })
+        self.corpus().node(id, now)
     }
 
     /// The text of a source as ingested.
     pub fn source_text(&self, scope: &str, source: &str) -> Result<String> {
-        self.store.get_text(scope, source)?.ok_or_else(|| {
-            Error::DataCorruption(format!("source {source} of scope {scope} has no text"))
-        })
+        self.corpus().source_text(scope, source)
     }
 
     // ---------------------------------------------------------------- reading
@@ -815,7 +815,7 @@ impl Engine {
     ) -> Result<ContextWindow> {
         crate::context::check_budget(budget)?;
         let (plan, _) = self.ensure_built(scope, now, progress).await?;
-        crate::context::window(self, &plan, choice, budget, now)
+        crate::context::window(&self.corpus(), &plan, choice, budget, now)
     }
 
     /// The tree a caller that must not wait for a rebuild is served from: the newest
@@ -893,9 +893,13 @@ impl Engine {
             }
             // Appends leave their chunks pending; a query searches everything stored.
             self.sync_index()?;
-            let mut explorer = Explorer::new(self, plans, qcfg.clone(), now);
+            let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
             explorer.embed_question(question).await;
-            match self.root.as_ref().filter(|_| qcfg.strategy != "offline") {
+            match self
+                .root
+                .as_ref()
+                .filter(|_| qcfg.strategy == Strategy::Auto)
+            {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
                     crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
@@ -935,7 +939,7 @@ impl Engine {
         }
         self.sync_index()?;
         let hits = self.index.search(&crate::index::Grep {
-            text: pattern,
+            query: &self.index.analyse_query(pattern),
             scopes: &names,
             levels,
             within: None,

@@ -63,17 +63,27 @@ pub struct Hit {
     pub score: f32,
 }
 
+/// A text as a search sees it, analysed once ([`Index::analyse_query`]): its terms and
+/// which of them are names.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Analysed {
+    /// Stop words dropped, stemmed, deduplicated, in order of first appearance.
+    pub(crate) terms: Vec<String>,
+    /// Terms of the names the text writes with a capital (they weigh [`NAME_BOOST`]).
+    pub(crate) names: std::collections::HashSet<String>,
+}
+
 /// What to search.
-#[derive(Clone, Debug, Default)]
-pub struct Grep<'a> {
-    pub text: &'a str,
+#[derive(Clone, Debug)]
+pub(crate) struct Grep<'a> {
+    pub(crate) query: &'a Analysed,
     /// Restrict to these scopes (empty = all).
-    pub scopes: &'a [String],
+    pub(crate) scopes: &'a [String],
     /// Restrict to these levels (empty = all).
-    pub levels: &'a [Level],
+    pub(crate) levels: &'a [Level],
     /// Restrict to these nodes (None = no restriction).
-    pub within: Option<&'a [NodeId]>,
-    pub limit: usize,
+    pub(crate) within: Option<&'a [NodeId]>,
+    pub(crate) limit: usize,
 }
 
 pub struct Index {
@@ -172,7 +182,7 @@ impl Index {
                 doc.add_text(f.text, &n.text);
                 // Who, when and where: a question naming a speaker, a round or a document
                 // ("what did chen propose", "Kennedy's 1961 address") routes on these.
-                let label = crate::navigate::context_label(n);
+                let label = crate::node::context_label(n);
                 if !label.is_empty() {
                     doc.add_text(f.text, &label);
                 }
@@ -271,6 +281,14 @@ impl Index {
         out
     }
 
+    /// `text` analysed for searching: its terms and its names, once.
+    pub(crate) fn analyse_query(&self, text: &str) -> Analysed {
+        Analysed {
+            terms: self.analyze(text),
+            names: self.name_terms(text),
+        }
+    }
+
     /// Every term of `text` as the index sees it, in order, repeats kept (for term
     /// frequencies).
     pub fn analyze_all(&self, text: &str) -> Vec<String> {
@@ -296,8 +314,8 @@ impl Index {
     }
 
     /// BM25 search. Returns hits best first.
-    pub fn search(&self, q: &Grep<'_>) -> Result<Vec<Hit>> {
-        let terms = self.analyze(q.text);
+    pub(crate) fn search(&self, q: &Grep<'_>) -> Result<Vec<Hit>> {
+        let terms = &q.query.terms;
         if terms.is_empty() || q.limit == 0 {
             return Ok(Vec::new());
         }
@@ -308,9 +326,9 @@ impl Index {
         // a short node that repeats some of them (BM25 alone favours short nodes, and the
         // levels make many short ones).
         // Names the question spells with a capital weigh more: they are what it is about.
-        let names = self.name_terms(q.text);
+        let names = &q.query.names;
         let mut text_q: Vec<(Occur, Box<dyn Query>)> = Vec::with_capacity(2 * terms.len());
-        for t in &terms {
+        for t in terms {
             let boost = if names.contains(t) { NAME_BOOST } else { 1.0 };
             let term = Term::from_field_text(f.text, t);
             let bm25: Box<dyn Query> = Box::new(BoostQuery::new(

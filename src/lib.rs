@@ -28,6 +28,7 @@ pub mod build;
 pub mod chunk;
 pub mod config;
 pub mod context;
+pub(crate) mod corpus;
 pub mod disk;
 pub mod engine;
 pub mod error;

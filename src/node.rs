@@ -186,3 +186,28 @@ impl FallbackMark {
         )
     }
 }
+
+/// Words that say who, when and where a node is from: speakers, rounds, the names of its
+/// sources (when few) and its heading path. Indexed with the node, and credited to every
+/// sentence of a chunk when the question names them.
+pub(crate) fn context_label(n: &Node) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    parts.extend(n.meta.speakers.iter().cloned());
+    parts.extend(n.meta.rounds.iter().map(|r| format!("round {r}")));
+    let mut sources: Vec<&str> = n.citations.iter().map(|s| s.source.as_str()).collect();
+    sources.dedup();
+    if sources.len() <= 4 {
+        for s in sources {
+            // A debate turn's id is `file#line`: the file says nothing about the turn.
+            if n.meta.speakers.is_empty() {
+                let name = std::path::Path::new(s)
+                    .file_stem()
+                    .and_then(|x| x.to_str())
+                    .unwrap_or(s);
+                parts.push(name.replace(['-', '_', '.'], " "));
+            }
+        }
+    }
+    parts.extend(n.meta.headings.iter().cloned());
+    parts.join(" ")
+}

@@ -388,7 +388,11 @@ async fn context(
     let (st, plan) = (s.clone(), view.plan);
     let window = blocking(move || {
         Ok(crate::context::window(
-            &st.engine, &plan, choice, budget, now,
+            &st.engine.corpus(),
+            &plan,
+            choice,
+            budget,
+            now,
         )?)
     })
     .await?;
@@ -420,14 +424,8 @@ struct QueryRequest {
 
 fn query_config(s: &AppState, q: &QueryRequest) -> ApiResult<QueryConfig> {
     let mut cfg = s.engine.config().query.clone();
-    match q.strategy.as_deref() {
-        None => {}
-        Some(st @ ("auto" | "offline")) => cfg.strategy = st.into(),
-        Some(other) => {
-            return Err(ApiError::bad(format!(
-                "unknown strategy `{other}`: expected auto (the root model when one is configured, else offline) or offline"
-            )));
-        }
+    if let Some(st) = &q.strategy {
+        cfg.strategy = st.parse()?;
     }
     if let Some(n) = q.max_iterations {
         if n == 0 || n > 100 {

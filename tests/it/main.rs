@@ -7,6 +7,7 @@ mod crash;
 mod diskfull;
 mod eval;
 mod hybrid;
+mod navigate;
 mod openai;
 mod pipeline;
 mod props;

@@ -1089,7 +1089,7 @@ fn llm_navigator_falls_back_to_the_offline_policy() {
     // `query.strategy = "offline"` keeps a configured root model out of it.
     let e = engine(nav_cfg(&url), dir.path());
     let mut qcfg = e.config().query.clone();
-    qcfg.strategy = "offline".into();
+    qcfg.strategy = strata::config::Strategy::Offline;
     let before = mock.total();
     let r = rt
         .block_on(e.query_with(&["d".to_string()], q, &qcfg, T0, &NoProgress))

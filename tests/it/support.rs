@@ -1,11 +1,14 @@
-//! Shared helpers: engines on sample data, a runtime, and the citation check every test
-//! that queries uses.
+//! Shared helpers: engines on sample data, a runtime, the citation check every test that
+//! queries uses, and `check`, the snapshot of the offline navigator's trajectory.
 
+use expect_test::Expect;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use strata::config::Strategy;
 use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
-use strata::{Config, Engine, NoProgress, QueryResult};
+use strata::{Config, Engine, NoProgress, QueryResult, ScopeKind};
 
 pub const T0: u64 = 1_800_000_000;
 
@@ -100,6 +103,93 @@ pub fn check_citations(e: &Engine, r: &QueryResult) {
         "uncited answer text"
     );
     assert!((0.0..=1.0).contains(&r.confidence));
+}
+
+/// The sample data as `scripts/demo.sh` builds it — the debate in scope `debate`, the four
+/// addresses in `sotu`, compressed — with source ids relative to the repository
+/// (`data/debate.jsonl#26`), so that nothing depends on where it is checked out. Built once
+/// per test binary; queries only read it.
+pub fn demo_engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let read = |rel: &str, kind: ScopeKind| {
+            let mut f = strata::source::read_file(&repo().join(rel), kind).unwrap();
+            let abs = repo().join(rel).display().to_string();
+            for s in &mut f.sources {
+                s.id = s.id.replacen(&abs, rel, 1);
+            }
+            f.path = rel.into();
+            f
+        };
+        let e = Engine::in_memory(Config::default()).unwrap();
+        e.ingest(
+            "debate",
+            &[read("data/debate.jsonl", ScopeKind::Debate)],
+            T0,
+        )
+        .unwrap();
+        let docs: Vec<_> = doc_paths()
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(repo()).unwrap().display().to_string();
+                read(&rel, ScopeKind::Doc)
+            })
+            .collect();
+        e.ingest("sotu", &docs, T0).unwrap();
+        let rt = rt();
+        for scope in ["debate", "sotu"] {
+            let r = compress(&rt, &e, scope, T0);
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+        }
+        e
+    })
+}
+
+/// Asks the offline navigator `question` over `scopes` of [`demo_engine`] (all when empty),
+/// checks the citations, and compares the rendered result ([`render`]) with `expect`
+/// (`UPDATE_EXPECT=1 cargo test` rewrites the snapshot).
+pub fn check(scopes: &[&str], question: &str, expect: Expect) {
+    let e = demo_engine();
+    let mut qcfg = e.config().query.clone();
+    qcfg.strategy = Strategy::Offline;
+    let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+    let r = rt()
+        .block_on(e.query_with(&scopes, question, &qcfg, T0, &NoProgress))
+        .unwrap();
+    check_citations(e, &r);
+    expect.assert_eq(&render(&r));
+}
+
+/// A query result as a snapshot shows it: each trajectory step (action: detail), the
+/// refinement history, the confidence, then each citation — source, byte span, round and
+/// speaker, quote.
+pub fn render(r: &QueryResult) -> String {
+    let mut s = String::new();
+    for step in &r.trajectory {
+        let _ = writeln!(s, "{}: {}", step.action, step.detail);
+    }
+    for h in &r.refinement_history {
+        let _ = writeln!(s, "| {h}");
+    }
+    let _ = writeln!(
+        s,
+        "= confidence {:.2}, ready {}, {} citation(s)",
+        r.confidence,
+        r.ready,
+        r.citations.len()
+    );
+    for c in &r.citations {
+        let who = match (c.round, &c.speaker) {
+            (Some(round), Some(sp)) => format!(" (round {round}, {sp})"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "[{}..{}) {}{who}: {:?}",
+            c.start, c.end, c.source, c.quote
+        );
+    }
+    s
 }
 
 pub fn write(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {

@@ -246,8 +246,12 @@ fn writes_are_refused_up_front_when_the_disk_lacks_room() {
     let db = dir.path().join("db");
     {
         let e = Engine::open(&db, Config::default()).unwrap();
-        e.append("x", turn(1, "ana", "A turn written while there was room."), T0)
-            .unwrap();
+        e.append(
+            "x",
+            turn(1, "ana", "A turn written while there was room."),
+            T0,
+        )
+        .unwrap();
     }
     let mut cfg = Config::default();
     cfg.store.min_free_mb = u64::MAX >> 21;
@@ -256,7 +260,10 @@ fn writes_are_refused_up_front_when_the_disk_lacks_room() {
         let m = r.unwrap_err().to_string();
         assert!(m.starts_with("disk full:") && !m.contains('\n'), "{m}");
     };
-    full(e.append("x", turn(2, "bo", "No room for this one."), T0).map(drop));
+    full(
+        e.append("x", turn(2, "bo", "No room for this one."), T0)
+            .map(drop),
+    );
     let p = write(dir.path(), "a.md", "A document with no room to go.\n");
     full(e.ingest_files("kb", None, &[p], T0).map(drop));
     full(rt.block_on(e.compress("x", T0, &NoProgress)).map(drop));

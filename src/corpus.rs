@@ -1,0 +1,351 @@
+//! The read side: what context windows and the navigator read through, instead of the engine
+//! that calls them.
+//!
+//! [`Corpus`] is a handle on the store, the index and the embedder: it reads live nodes and
+//! source texts, analyses text as the index does, and is the one retrieval seam —
+//! [`Corpus::search`] is BM25 over the trees a query explores, fused with a dense ranking of
+//! the same candidates when an embedder is configured. Every navigation policy searches
+//! through it, so none can bypass fusion. [`Trees`] are those trees: the current plans of
+//! the scopes explored, and where each node sits in them.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::hybrid::{Dense, rrf_weighted};
+use crate::index::{Analysed, Grep, Index, NAME_BOOST};
+use crate::level::Level;
+use crate::model::Embedder;
+use crate::node::{Node, NodeId};
+use crate::plan::Plan;
+use crate::store::Store;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// A read handle on one engine's store, index and embedder. Cheap to copy.
+#[derive(Clone, Copy)]
+pub(crate) struct Corpus<'a> {
+    store: &'a Store,
+    index: &'a Index,
+    embedder: Option<&'a Arc<dyn Embedder>>,
+    cfg: &'a Config,
+}
+
+/// A question — or any text searched for — analysed once ([`Corpus::question`]) and passed
+/// down: every search, sentence score and confidence of one query reads the same terms.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Question {
+    text: String,
+    analysed: Analysed,
+    /// Each term's weight: its idf, times [`NAME_BOOST`] for names. Ordered: float sums
+    /// over it must not depend on hash order (same answer in every process).
+    weights: BTreeMap<String, f64>,
+}
+
+impl Question {
+    /// The text as asked.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Its terms as the index sees them (stop words dropped, stemmed, deduplicated).
+    pub(crate) fn terms(&self) -> &[String] {
+        &self.analysed.terms
+    }
+
+    /// Each term's weight: idf, times [`NAME_BOOST`] for names.
+    pub(crate) fn weights(&self) -> &BTreeMap<String, f64> {
+        &self.weights
+    }
+}
+
+/// One search: a question, the levels searched (all when empty), optionally only some
+/// nodes, and how many hits at most.
+pub(crate) struct Search<'q> {
+    pub(crate) question: &'q Question,
+    pub(crate) levels: &'q [Level],
+    pub(crate) within: Option<&'q [NodeId]>,
+    pub(crate) limit: usize,
+}
+
+/// What a search found, best first, and how it searched (for the trajectory: empty for
+/// BM25 without an embedder, else `(hybrid: …)` or `(BM25 only: why)`).
+pub(crate) struct Found {
+    pub(crate) hits: Vec<(NodeId, f32)>,
+    pub(crate) how: String,
+}
+
+impl<'a> Corpus<'a> {
+    pub(crate) fn new(
+        store: &'a Store,
+        index: &'a Index,
+        embedder: Option<&'a Arc<dyn Embedder>>,
+        cfg: &'a Config,
+    ) -> Corpus<'a> {
+        Corpus {
+            store,
+            index,
+            embedder,
+            cfg,
+        }
+    }
+
+    /// A live node, or a clear error when the build could not make it.
+    pub(crate) fn node(&self, id: &NodeId, now: u64) -> Result<Node> {
+        self.store.get_live(id, now)?.ok_or_else(|| {
+            Error::NotBuilt(format!(
+                "node {id} is not available (its build failed; see `strata compress`)"
+            ))
+        })
+    }
+
+    /// The text of a source as ingested.
+    pub(crate) fn source_text(&self, scope: &str, source: &str) -> Result<String> {
+        self.store.get_text(scope, source)?.ok_or_else(|| {
+            Error::DataCorruption(format!("source {source} of scope {scope} has no text"))
+        })
+    }
+
+    /// `text`'s terms as the index sees them: stop words dropped, stemmed, deduplicated.
+    pub(crate) fn analyze(&self, text: &str) -> Vec<String> {
+        self.index.analyze(text)
+    }
+
+    /// Every term of `text` as the index sees it, repeats kept.
+    pub(crate) fn analyze_all(&self, text: &str) -> Vec<String> {
+        self.index.analyze_all(text)
+    }
+
+    /// Inverse document frequency of an analysed term.
+    pub(crate) fn idf(&self, term: &str) -> f64 {
+        self.index.idf(term)
+    }
+
+    /// `text` analysed once, for every search and score of it.
+    pub(crate) fn question(&self, text: &str) -> Question {
+        let analysed = self.index.analyse_query(text);
+        let weights = analysed
+            .terms
+            .iter()
+            .map(|t| {
+                let boost = if analysed.names.contains(t) {
+                    NAME_BOOST
+                } else {
+                    1.0
+                };
+                (t.clone(), boost * self.index.idf(t))
+            })
+            .collect();
+        Question {
+            text: text.to_string(),
+            analysed,
+            weights,
+        }
+    }
+
+    /// The dense side of one query (its vectors, read once), when an embedder is
+    /// configured.
+    pub(crate) fn dense(&self) -> Option<Dense> {
+        self.embedder
+            .map(|e| Dense::new(e.clone(), &self.cfg.embed))
+    }
+
+    /// The retrieval seam: BM25 over `trees` (hits outside them, stale index entries, are
+    /// dropped), fused by weighted reciprocal-rank fusion with the dense ranking of the very
+    /// candidates the BM25 query could return when `dense` is given and has a query vector.
+    pub(crate) fn search(
+        &self,
+        trees: &Trees,
+        s: &Search<'_>,
+        dense: Option<&mut Dense>,
+    ) -> Result<Found> {
+        let scopes = trees.scopes();
+        let hits = self.index.search(&Grep {
+            query: &s.question.analysed,
+            scopes: &scopes,
+            levels: s.levels,
+            within: s.within,
+            limit: s.limit,
+        })?;
+        let bm25: Vec<(NodeId, f32)> = hits
+            .into_iter()
+            .filter(|h| trees.contains(&h.id))
+            .map(|h| (h.id, h.score))
+            .collect();
+        match dense {
+            None => Ok(Found {
+                hits: bm25,
+                how: String::new(),
+            }),
+            Some(dense) => self.fuse(trees, s, bm25, dense),
+        }
+    }
+
+    /// `bm25` fused with the dense ranking of the same candidates, at most `limit` long,
+    /// best first, scored by RRF; unchanged when there is no query vector or the levels
+    /// searched have no vectors.
+    fn fuse(
+        &self,
+        trees: &Trees,
+        s: &Search<'_>,
+        bm25: Vec<(NodeId, f32)>,
+        dense: &mut Dense,
+    ) -> Result<Found> {
+        let Some(query) = dense.query_vector(s.question.text()) else {
+            let why = dense.failure().unwrap_or("no query vector");
+            return Ok(Found {
+                hits: bm25,
+                how: format!(" (BM25 only: {why})"),
+            });
+        };
+        let embedded: Vec<Level> = (if s.levels.is_empty() {
+            &Level::ALL[..]
+        } else {
+            s.levels
+        })
+        .iter()
+        .copied()
+        .filter(|l| dense.levels().contains(l))
+        .collect();
+        if embedded.is_empty() {
+            return Ok(Found {
+                hits: bm25,
+                how: " (BM25 only: these levels have no vectors)".to_string(),
+            });
+        }
+        let candidates = trees.candidates(&embedded, s.within);
+        let d = dense.rank(self.store, &query, &candidates, s.limit)?;
+        let bm25_ids: Vec<NodeId> = bm25.iter().map(|(id, _)| *id).collect();
+        let dense_ids: Vec<NodeId> = d.hits.iter().map(|(id, _)| *id).collect();
+        let hits: Vec<(NodeId, f32)> = rrf_weighted(
+            &[(&bm25_ids, 1.0), (&dense_ids, dense.weight())],
+            dense.rrf_k(),
+            s.limit,
+        )
+        .into_iter()
+        .map(|(id, s)| (id, s as f32))
+        .collect();
+        let how = format!(
+            " (hybrid: {} BM25 + {} dense hit(s) of {} candidate(s) with vectors, RRF k={}, dense weight {})",
+            bm25_ids.len(),
+            dense_ids.len(),
+            d.with_vectors,
+            dense.rrf_k(),
+            dense.weight()
+        );
+        Ok(Found { hits, how })
+    }
+}
+
+/// Where a node sits in the trees being explored: (plan, group) or (plan, chunk) indices.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Place {
+    Abstract(usize),
+    Summary(usize, usize),
+    Detailed(usize, usize),
+    Full(usize, usize),
+}
+
+/// The current trees of the scopes a query explores, with every node's place: what a
+/// search may return, and how to step down from a node.
+#[derive(Clone)]
+pub(crate) struct Trees {
+    pub(crate) plans: Vec<Plan>,
+    places: HashMap<NodeId, Place>,
+    /// METADATA id → the node it tags.
+    meta_of: HashMap<NodeId, NodeId>,
+}
+
+impl Trees {
+    pub(crate) fn new(plans: Vec<Plan>) -> Trees {
+        let mut places = HashMap::new();
+        for (pi, p) in plans.iter().enumerate() {
+            places.insert(p.abstract_id, Place::Abstract(pi));
+            for (gi, g) in p.groups.iter().enumerate() {
+                places.insert(g.summary, Place::Summary(pi, gi));
+            }
+            for (ci, c) in p.chunks.iter().enumerate() {
+                places.insert(c.detailed, Place::Detailed(pi, ci));
+                places.insert(c.full, Place::Full(pi, ci));
+            }
+        }
+        let meta_of = plans
+            .iter()
+            .flat_map(|p| p.metadata.iter().map(|(t, m)| (*m, *t)))
+            .collect();
+        Trees {
+            plans,
+            places,
+            meta_of,
+        }
+    }
+
+    /// Where a node of the trees sits (METADATA nodes have no place).
+    pub(crate) fn place(&self, id: &NodeId) -> Option<Place> {
+        self.places.get(id).copied()
+    }
+
+    /// The node a METADATA node tags.
+    pub(crate) fn tagged_by(&self, meta: &NodeId) -> Option<NodeId> {
+        self.meta_of.get(meta).copied()
+    }
+
+    /// Whether `id` is a node of the trees (METADATA included).
+    pub(crate) fn contains(&self, id: &NodeId) -> bool {
+        self.places.contains_key(id) || self.meta_of.contains_key(id)
+    }
+
+    /// The nodes with a place (every level but METADATA), in no particular order.
+    pub(crate) fn placed(&self) -> impl Iterator<Item = &NodeId> {
+        self.places.keys()
+    }
+
+    /// The scopes explored.
+    pub(crate) fn scopes(&self) -> Vec<String> {
+        self.plans.iter().map(|p| p.scope.clone()).collect()
+    }
+
+    /// The level of a node of the trees.
+    pub(crate) fn level_of(&self, id: &NodeId) -> Option<Level> {
+        match self.places.get(id) {
+            Some(Place::Abstract(_)) => Some(Level::Abstract),
+            Some(Place::Summary(..)) => Some(Level::Summary),
+            Some(Place::Detailed(..)) => Some(Level::Detailed),
+            Some(Place::Full(..)) => Some(Level::Full),
+            None => self.meta_of.contains_key(id).then_some(Level::Metadata),
+        }
+    }
+
+    /// Nodes of the trees at `levels` (all levels when empty), within `within` when given:
+    /// exactly what a BM25 search may return.
+    pub(crate) fn candidates(&self, levels: &[Level], within: Option<&[NodeId]>) -> Vec<NodeId> {
+        let wanted = |l: Level| levels.is_empty() || levels.contains(&l);
+        if let Some(ids) = within {
+            let mut seen = HashSet::new();
+            return ids
+                .iter()
+                .filter(|id| self.level_of(id).is_some_and(wanted) && seen.insert(**id))
+                .copied()
+                .collect();
+        }
+        let mut out = Vec::new();
+        for p in &self.plans {
+            if wanted(Level::Abstract) {
+                out.push(p.abstract_id);
+            }
+            if wanted(Level::Summary) {
+                out.extend(p.groups.iter().map(|g| g.summary));
+            }
+            if wanted(Level::Detailed) {
+                out.extend(p.chunks.iter().map(|c| c.detailed));
+            }
+            if wanted(Level::Full) {
+                out.extend(p.chunks.iter().map(|c| c.full));
+            }
+            if wanted(Level::Metadata) {
+                let mut m: Vec<NodeId> = p.metadata.values().copied().collect();
+                m.sort();
+                out.extend(m);
+            }
+        }
+        out
+    }
+}

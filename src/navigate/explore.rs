@@ -1,0 +1,574 @@
+//! The explorer: the navigator's primitives (`peek`, `grep`, `rank`, `descend`,
+//! `narrow_to`, `finish`) with their safeguards and accounting. A policy decides which to
+//! call; every search goes through the corpus's one retrieval seam.
+
+use super::{Citation, QueryResult, Step};
+use crate::config::QueryConfig;
+use crate::corpus::{Corpus, Place, Question, Search, Trees};
+use crate::error::Result;
+use crate::hybrid::Dense;
+use crate::level::Level;
+use crate::node::{Node, NodeId};
+use crate::plan::Plan;
+use std::collections::{HashMap, HashSet};
+
+/// A span a policy cites: a FULL node and a byte range of its source. Not yet verified:
+/// [`Explorer::finish`] checks it against the chunk and the source text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cited {
+    pub(crate) node: NodeId,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+impl Cited {
+    /// The byte range `start..end` of a FULL node's text, as a span of its source.
+    pub(crate) fn in_chunk(n: &Node, start: usize, end: usize) -> Cited {
+        let base = n.citations[0].start;
+        Cited {
+            node: n.id,
+            start: base + start as u64,
+            end: base + end as u64,
+        }
+    }
+
+    /// Whether the two spans share a byte of one node.
+    pub(crate) fn overlaps(&self, other: &Cited) -> bool {
+        self.node == other.node && self.start < other.end && other.start < self.end
+    }
+}
+
+/// The primitives, with their safeguards and accounting.
+pub(crate) struct Explorer<'a> {
+    pub(super) corpus: Corpus<'a>,
+    pub(super) trees: Trees,
+    pub(super) cfg: QueryConfig,
+    pub(super) now: u64,
+    /// The current working set, best first, with scores.
+    pub(crate) working: Vec<(NodeId, f32)>,
+    pub(super) examined: Vec<NodeId>,
+    pub(super) examined_set: HashSet<NodeId>,
+    pub(super) tokens: u64,
+    pub(super) sub_calls: u32,
+    pub(super) iterations: u32,
+    pub(super) trajectory: Vec<Step>,
+    pub(super) history: Vec<String>,
+    pub(super) no_narrowing: u32,
+    /// Dense retrieval, when the engine has an embedder: every search is hybrid.
+    pub(super) dense: Option<Dense>,
+}
+
+impl<'a> Explorer<'a> {
+    pub(crate) fn new(corpus: Corpus<'a>, plans: Vec<Plan>, cfg: QueryConfig, now: u64) -> Self {
+        let working = plans.iter().map(|p| (p.abstract_id, 0.0)).collect();
+        Explorer {
+            corpus,
+            trees: Trees::new(plans),
+            cfg,
+            now,
+            working,
+            examined: Vec::new(),
+            examined_set: HashSet::new(),
+            tokens: 0,
+            sub_calls: 0,
+            iterations: 0,
+            trajectory: Vec::new(),
+            history: Vec::new(),
+            no_narrowing: 0,
+            dense: corpus.dense(),
+        }
+    }
+
+    /// Embeds the question once for this query: searches use its vector. When that fails,
+    /// the refinement history says so and search stays BM25 only.
+    pub(crate) async fn embed_question(&mut self, question: &str) {
+        let Some(dense) = self.dense.as_mut() else {
+            return;
+        };
+        if let Some(e) = dense.embed_query(question, true).await {
+            self.history.push(format!(
+                "embedding the question failed ({e}): grep falls back to BM25 only"
+            ));
+        }
+    }
+
+    /// Embeds a grep pattern that is not the question (the LLM policy's keywords), so its
+    /// dense ranking is about what it asks. After a failure the question's vector (if any)
+    /// stands in.
+    pub(crate) async fn embed_pattern(&mut self, pattern: &str) {
+        let Some(dense) = self.dense.as_mut() else {
+            return;
+        };
+        if let Some(e) = dense.embed_query(pattern, false).await {
+            self.history.push(format!(
+                "embedding the grep pattern {pattern:?} failed ({e}): grep falls back to BM25 only"
+            ));
+        }
+    }
+
+    pub(super) fn step(&mut self, action: &str, detail: String) {
+        self.trajectory.push(Step {
+            action: action.to_string(),
+            detail,
+        });
+    }
+
+    pub(super) fn examine(&mut self, id: NodeId) {
+        if self.examined_set.insert(id) {
+            self.examined.push(id);
+        }
+    }
+
+    /// Keeps only ids that are in the working set (a policy may name anything).
+    pub(super) fn sanitise(&self, ids: &[NodeId]) -> Vec<NodeId> {
+        let allowed: HashSet<NodeId> = self.working.iter().map(|(id, _)| *id).collect();
+        let mut seen = HashSet::new();
+        ids.iter()
+            .filter(|id| allowed.contains(id) && seen.insert(**id))
+            .copied()
+            .collect()
+    }
+
+    pub(crate) fn budget_left(&self) -> u64 {
+        self.cfg.max_tokens.saturating_sub(self.tokens)
+    }
+
+    /// Reads nodes of the working set (within the token budget).
+    pub(crate) fn peek(&mut self, ids: &[NodeId]) -> Result<Vec<Node>> {
+        let ids = self.sanitise(ids);
+        let mut out = Vec::new();
+        let mut tokens = 0;
+        for id in ids {
+            let n = self.corpus.node(&id, self.now)?;
+            if !out.is_empty() && self.tokens + n.tokens as u64 > self.cfg.max_tokens {
+                break;
+            }
+            self.tokens += n.tokens as u64;
+            tokens += n.tokens as u64;
+            self.examine(id);
+            out.push(n);
+        }
+        let levels: Vec<String> = out.iter().map(|n| n.level.to_string()).collect();
+        let lv = levels.first().cloned().unwrap_or_default();
+        self.step(
+            "peek",
+            format!("{} {lv} node(s), {tokens} tokens", out.len()),
+        );
+        Ok(out)
+    }
+
+    /// Searches `levels` of the explored trees, optionally within given nodes, through the
+    /// corpus's retrieval seam (BM25, fused with the dense ranking of the same candidates
+    /// when the engine has an embedder).
+    pub(crate) fn grep(
+        &mut self,
+        question: &Question,
+        levels: &[Level],
+        within: Option<&[NodeId]>,
+        limit: usize,
+    ) -> Result<Vec<(NodeId, f32)>> {
+        let pattern = question.text();
+        let s = Search {
+            question,
+            levels,
+            within,
+            limit,
+        };
+        let found = self.corpus.search(&self.trees, &s, self.dense.as_mut())?;
+        let (hits, how) = (found.hits, found.how);
+        let lv: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+        self.step(
+            "grep",
+            format!(
+                "{pattern:?} at {}{}: {} hit(s){how}",
+                lv.join("/"),
+                if within.is_some() {
+                    " within the working set"
+                } else {
+                    ""
+                },
+                hits.len()
+            ),
+        );
+        Ok(hits)
+    }
+
+    /// `ids` ranked by a search for `question` among them, through the same seam as `grep`.
+    /// Every id is kept: those without a hit score 0; ties keep the given order.
+    pub(crate) fn rank(
+        &mut self,
+        question: &Question,
+        ids: Vec<NodeId>,
+    ) -> Result<Vec<(NodeId, f32)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut levels: Vec<Level> = ids
+            .iter()
+            .map(|id| self.trees.level_of(id).unwrap_or(Level::Full))
+            .collect();
+        levels.sort();
+        levels.dedup();
+        let s = Search {
+            question,
+            levels: &levels,
+            within: Some(&ids),
+            limit: ids.len(),
+        };
+        let found = self.corpus.search(&self.trees, &s, self.dense.as_mut())?;
+        self.step(
+            "rank",
+            format!(
+                "{} node(s) by {:?}: {} hit(s){}",
+                ids.len(),
+                question.text(),
+                found.hits.len(),
+                found.how
+            ),
+        );
+        let score: HashMap<NodeId, f32> = found.hits.into_iter().collect();
+        let mut ranked: Vec<(NodeId, f32)> = ids
+            .into_iter()
+            .map(|id| (id, score.get(&id).copied().unwrap_or(0.0)))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(ranked)
+    }
+
+    /// The children of working-set nodes: ABSTRACT → SUMMARY → DETAILED → FULL.
+    pub(crate) fn descend(&mut self, ids: &[NodeId]) -> Vec<NodeId> {
+        let ids = self.sanitise(ids);
+        let mut out = Vec::new();
+        for id in &ids {
+            let plans = &self.trees.plans;
+            match self.trees.place(id) {
+                Some(Place::Abstract(pi)) => out.extend(plans[pi].groups.iter().map(|g| g.summary)),
+                Some(Place::Summary(pi, gi)) => {
+                    let p = &plans[pi];
+                    out.extend(p.groups[gi].chunks.iter().map(|&ci| p.chunks[ci].detailed))
+                }
+                Some(Place::Detailed(pi, ci)) => out.push(plans[pi].chunks[ci].full),
+                _ => {}
+            }
+        }
+        self.step(
+            "descend",
+            format!("{} node(s) → {} child node(s)", ids.len(), out.len()),
+        );
+        out
+    }
+
+    /// Replaces the working set, keeping at least `min_keep` nodes (when there are that
+    /// many), and records whether it narrowed.
+    pub(crate) fn narrow_to(&mut self, mut ranked: Vec<(NodeId, f32)>, keep: usize, what: &str) {
+        let before = self.working.len();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.dedup_by_key(|x| x.0);
+        let keep = keep.max(self.cfg.min_keep);
+        ranked.truncate(keep);
+        for (id, _) in &ranked {
+            self.examine(*id);
+        }
+        let after = ranked.len();
+        self.iterations += 1;
+        if after >= before {
+            self.no_narrowing += 1;
+        } else {
+            self.no_narrowing = 0;
+        }
+        self.history.push(format!(
+            "iteration {}: {what}: working set {before} → {after}",
+            self.iterations
+        ));
+        self.working = ranked;
+    }
+
+    /// True when the loop must stop: iteration budget spent, token budget spent, or two
+    /// iterations in a row without narrowing.
+    pub(crate) fn exhausted(&self) -> bool {
+        self.iterations >= self.cfg.max_iterations
+            || self.tokens >= self.cfg.max_tokens
+            || self.no_narrowing >= 2
+    }
+
+    pub(super) fn place(&self, id: &NodeId) -> Option<Place> {
+        self.trees.place(id)
+    }
+
+    /// Turns cited sentence ranges of FULL nodes into citations, verifying each quote
+    /// against the source text. Unverifiable citations are dropped, never returned.
+    pub(crate) fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {
+        let mut citations = Vec::new();
+        let mut quotes = Vec::new();
+        let mut texts: HashMap<(usize, usize), String> = HashMap::new();
+        for Cited {
+            node: id,
+            start,
+            end,
+        } in cited
+        {
+            let Some(Place::Full(pi, ci)) = self.place(&id) else {
+                continue;
+            };
+            let p = &self.trees.plans[pi];
+            let c = &p.chunks[ci];
+            if start < c.start || end > c.end || start >= end {
+                continue;
+            }
+            let src = &p.sources[c.source];
+            let key = (pi, c.source);
+            let text = match texts.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(self.corpus.source_text(&p.scope, &src.id)?)
+                }
+            };
+            let Some(quote) = text.get(start as usize..end as usize) else {
+                continue;
+            };
+            quotes.push(quote.to_string());
+            citations.push(Citation {
+                source: src.id.clone(),
+                start,
+                end,
+                quote: quote.to_string(),
+                round: src.round,
+                speaker: src.speaker.clone(),
+            });
+        }
+        let confidence = if confidence.is_finite() {
+            confidence.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let ready = !citations.is_empty() && confidence >= self.cfg.ready_threshold;
+        self.step(
+            "finish",
+            format!(
+                "{} citation(s), confidence {confidence:.2}, ready {ready}",
+                citations.len()
+            ),
+        );
+        Ok(QueryResult {
+            answer: quotes.join(" … "),
+            ready,
+            confidence: if citations.is_empty() {
+                0.0
+            } else {
+                confidence
+            },
+            citations,
+            iterations: self.iterations,
+            refinement_history: self.history,
+            nodes_examined: self.examined.iter().map(NodeId::to_hex).collect(),
+            sub_calls_made: self.sub_calls,
+            tokens_processed: self.tokens,
+            trajectory: self.trajectory,
+            usage: Default::default(),
+        })
+    }
+
+    /// Hands the question to another policy after this one gave up: `policy` runs on a
+    /// fresh explorer over the same trees (the question's vector carries over), and what
+    /// this explorer did stays in the result — its trajectory, history and examined nodes
+    /// first, its iterations, tokens and sub-calls added.
+    pub(crate) fn hand_over(
+        mut self,
+        policy: impl FnOnce(Explorer<'a>) -> Result<QueryResult>,
+    ) -> Result<QueryResult> {
+        let mut fresh = Explorer::new(
+            self.corpus,
+            self.trees.plans.clone(),
+            self.cfg.clone(),
+            self.now,
+        );
+        fresh.dense = self.dense.take();
+        let mut r = policy(fresh)?;
+        let mut trajectory = std::mem::take(&mut self.trajectory);
+        trajectory.append(&mut r.trajectory);
+        r.trajectory = trajectory;
+        let mut history = std::mem::take(&mut self.history);
+        history.append(&mut r.refinement_history);
+        r.refinement_history = history;
+        let theirs: HashSet<String> = r.nodes_examined.iter().cloned().collect();
+        let mut examined: Vec<String> = self
+            .examined
+            .iter()
+            .map(NodeId::to_hex)
+            .filter(|h| !theirs.contains(h))
+            .collect();
+        examined.append(&mut r.nodes_examined);
+        r.nodes_examined = examined;
+        r.iterations += self.iterations;
+        r.tokens_processed += self.tokens;
+        r.sub_calls_made += self.sub_calls;
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    // A fixture only: the engine is how a corpus gets written (non-test code in navigate
+    // never imports it).
+    use crate::engine::Engine;
+    use crate::source::{InputFile, SourceInput};
+    use crate::store::ScopeKind;
+
+    const T0: u64 = 1_800_000_000;
+    const PARAGRAPHS: [&str; 4] = [
+        "The ferry to Lindholm leaves every hour from the north pier and costs four euros.",
+        "The harbour authority pays for the ferry out of the port dues it collects.",
+        "Boat tours of the old harbour run in summer and last about ninety minutes.",
+        "The lighthouse museum opens at ten and is closed on Mondays all year round.",
+    ];
+
+    /// One document of four one-paragraph chunks; FULL nodes only (no build needed).
+    fn engine(min_keep: usize) -> Engine {
+        let mut cfg = Config::default();
+        cfg.chunk.tokens = 24;
+        cfg.query.min_keep = min_keep;
+        let e = Engine::in_memory(cfg).unwrap();
+        let text = PARAGRAPHS.join("\n\n");
+        let input = SourceInput {
+            id: "notes.md".into(),
+            text,
+            round: None,
+            speaker: None,
+        };
+        let file = InputFile::single(ScopeKind::Doc, "notes.md", input);
+        e.ingest("notes", &[file], T0).unwrap();
+        e
+    }
+
+    fn explorer(e: &Engine) -> Explorer<'_> {
+        let plan = e.plan("notes").unwrap();
+        assert_eq!(plan.chunks.len(), PARAGRAPHS.len());
+        Explorer::new(e.corpus(), vec![plan], e.config().query.clone(), T0)
+    }
+
+    fn fulls(ex: &Explorer<'_>) -> Vec<NodeId> {
+        ex.trees.plans[0].chunks.iter().map(|c| c.full).collect()
+    }
+
+    #[test]
+    fn ids_outside_the_working_set_are_ignored() {
+        let e = engine(2);
+        let mut ex = explorer(&e);
+        let f = fulls(&ex);
+        ex.working = vec![(f[0], 1.0), (f[1], 0.5)];
+        // Unknown, outside the working set, repeated: only the working set's ids, once.
+        let stranger = NodeId([7; 32]);
+        let read = ex.peek(&[stranger, f[2], f[1], f[1], f[0]]).unwrap();
+        let ids: Vec<NodeId> = read.iter().map(|n| n.id).collect();
+        assert_eq!(ids, [f[1], f[0]]);
+        assert_eq!(ex.examined, [f[1], f[0]]);
+        // The abstract is no longer in the working set: descending into it yields nothing.
+        let abstract_id = ex.trees.plans[0].abstract_id;
+        assert!(ex.descend(&[abstract_id, stranger]).is_empty());
+        let steps: Vec<&str> = ex.trajectory.iter().map(|s| s.detail.as_str()).collect();
+        assert_eq!(steps[1], "0 node(s) → 0 child node(s)");
+    }
+
+    #[test]
+    fn narrowing_keeps_min_keep_nodes_and_stops_when_it_does_not_narrow() {
+        let e = engine(3);
+        let mut ex = explorer(&e);
+        let f = fulls(&ex);
+        ex.working = f.iter().map(|id| (*id, 0.0)).collect();
+        let ranked: Vec<(NodeId, f32)> = f
+            .iter()
+            .zip([0.1, 0.9, 0.5, 0.7])
+            .map(|(id, s)| (*id, s))
+            .collect();
+        // Asked to keep 1, it keeps min_keep = 3, best first.
+        ex.narrow_to(ranked.clone(), 1, "test");
+        assert_eq!(ex.working, [(f[1], 0.9), (f[3], 0.7), (f[2], 0.5)]);
+        assert_eq!(ex.history, ["iteration 1: test: working set 4 → 3"]);
+        assert!(!ex.exhausted());
+        // Fewer candidates than min_keep: all of them. Then twice without narrowing: done.
+        ex.narrow_to(ranked[..2].to_vec(), 1, "test");
+        assert_eq!(ex.working.len(), 2);
+        ex.narrow_to(ranked[..2].to_vec(), 1, "test");
+        assert!(!ex.exhausted());
+        ex.narrow_to(ranked[..3].to_vec(), 1, "test");
+        assert!(ex.exhausted(), "{:?}", ex.history);
+    }
+
+    #[test]
+    fn confidence_is_clamped_and_only_verified_spans_are_cited() {
+        let e = engine(2);
+        let f = fulls(&explorer(&e));
+        let plan = e.plan("notes").unwrap();
+        let c = &plan.chunks[1];
+        let len = PARAGRAPHS[1].len() as u64;
+        let good = Cited {
+            node: f[1],
+            start: c.start,
+            end: c.start + len,
+        };
+        for (given, confidence, ready) in [
+            (7.0, 1.0, true),
+            (0.6, 0.6, true),
+            (-3.0, 0.0, false),
+            (f64::NAN, 0.0, false),
+            (f64::INFINITY, 0.0, false),
+        ] {
+            let r = explorer(&e).finish(vec![good], given).unwrap();
+            assert_eq!((r.confidence, r.ready), (confidence, ready), "{given}");
+            assert_eq!(r.answer, PARAGRAPHS[1]);
+            assert_eq!(r.citations[0].quote, PARAGRAPHS[1]);
+            assert_eq!(
+                (r.citations[0].start, r.citations[0].end),
+                (good.start, good.end)
+            );
+        }
+        // Spans that are not inside their FULL chunk, empty, or of a non-FULL node are
+        // dropped: no citation, so no answer and no confidence.
+        let bad = [
+            Cited {
+                end: c.end + 1,
+                ..good
+            },
+            Cited {
+                start: c.start + 5,
+                end: c.start + 5,
+                ..good
+            },
+            Cited {
+                node: plan.chunks[1].detailed,
+                ..good
+            },
+            Cited {
+                node: NodeId([9; 32]),
+                ..good
+            },
+        ];
+        let r = explorer(&e).finish(bad.to_vec(), 0.9).unwrap();
+        assert!(r.citations.is_empty() && r.answer.is_empty());
+        assert_eq!((r.confidence, r.ready), (0.0, false));
+    }
+
+    #[test]
+    fn rank_keeps_every_id_hits_first_and_records_a_step() {
+        let e = engine(2);
+        let mut ex = explorer(&e);
+        let f = fulls(&ex);
+        let q = ex.corpus.question("ferry");
+        let ranked = ex.rank(&q, vec![f[3], f[2], f[0], f[1]]).unwrap();
+        let ids: Vec<NodeId> = ranked.iter().map(|(id, _)| *id).collect();
+        // The two ferry paragraphs first (by score), then the rest in the given order.
+        assert!(
+            ids[..2].contains(&f[0]) && ids[..2].contains(&f[1]),
+            "{ranked:?}"
+        );
+        assert_eq!(ids[2..], [f[3], f[2]]);
+        assert!(ranked[1].1 > 0.0 && ranked[2].1 == 0.0);
+        let last = ex.trajectory.last().unwrap();
+        assert_eq!(
+            (last.action.as_str(), last.detail.as_str()),
+            ("rank", "4 node(s) by \"ferry\": 2 hit(s)")
+        );
+    }
+}
