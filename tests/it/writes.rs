@@ -18,6 +18,18 @@ fn turn(round: u32, speaker: &str, text: &str) -> Turn {
     }
 }
 
+/// Overwrites a scope's record alone, as the old write order could leave it after a crash.
+fn put_scope_record(e: &Engine, rec: strata::store::ScopeRecord) {
+    e.store()
+        .write_sources(&SourceStep {
+            scope: rec,
+            put: Vec::new(),
+            remove_sources: Vec::new(),
+            remove_nodes: Vec::new(),
+        })
+        .unwrap();
+}
+
 #[test]
 fn names_are_validated_at_every_library_entry_point() {
     let dir = tempfile::tempdir().unwrap();
@@ -64,14 +76,7 @@ fn a_source_record_its_scope_does_not_list_is_ingested_again() {
     // only a.
     let mut rec = e.store().get_scope("kb").unwrap().unwrap();
     rec.sources.retain(|s| s.id == a.display().to_string());
-    e.store()
-        .write_sources(&SourceStep {
-            scope: rec,
-            put: Vec::new(),
-            remove_sources: Vec::new(),
-            remove_nodes: Vec::new(),
-        })
-        .unwrap();
+    put_scope_record(&e, rec);
     let r = e.ingest_files("kb", None, &[a, b], T0).unwrap();
     assert_eq!((r.added, r.unchanged), (1, 1), "{r:?}");
     assert_eq!(e.scope_stats("kb", T0).unwrap().sources, 2);
@@ -96,14 +101,7 @@ fn append_never_reuses_a_stored_turn_id() {
     let mut rec = e.store().get_scope("x").unwrap().unwrap();
     rec.next_seq = 2;
     rec.sources.retain(|s| s.id != "x#turn-3");
-    e.store()
-        .write_sources(&SourceStep {
-            scope: rec,
-            put: Vec::new(),
-            remove_sources: Vec::new(),
-            remove_nodes: Vec::new(),
-        })
-        .unwrap();
+    put_scope_record(&e, rec);
     let (r, id) = e
         .append("x", turn(4, "bo", "A new turn after the crash."), T0)
         .unwrap();
