@@ -53,7 +53,7 @@ pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
 pub use engine::{Engine, GcReport, GrepHit, IngestReport, Stats, View, unix_now};
 pub use error::{Error, Result};
-pub use level::Level;
+pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
 pub use navigate::{Citation, QueryResult};
 pub use node::{Node, NodeId, Span};

@@ -280,10 +280,10 @@ fn run(cli: Cli) -> Result<()> {
                     "{}: built {} nodes (detailed {}, summary {}, abstract {}, metadata {}), {} cache hits, {} failures, {} model calls, {} fallbacks, in {:.2} s",
                     r.scope,
                     r.nodes_built,
-                    l[1],
-                    l[2],
-                    l[3],
-                    l[4],
+                    l[strata::Level::Detailed],
+                    l[strata::Level::Summary],
+                    l[strata::Level::Abstract],
+                    l[strata::Level::Metadata],
                     r.cache_hits,
                     r.failures.len(),
                     r.model_calls,
@@ -335,14 +335,11 @@ fn run(cli: Cli) -> Result<()> {
                 print_json(&w)?;
             } else {
                 out!("{}", w.text);
-                let mut by_level = [0usize; 5];
-                for n in &w.nodes {
-                    by_level[n.level.as_u8() as usize] += 1;
-                }
-                let used: Vec<String> = strata::Level::ALL
+                let by_level: strata::PerLevel<usize> = w.nodes.iter().map(|n| n.level).collect();
+                let used: Vec<String> = by_level
                     .iter()
-                    .filter(|l| by_level[l.as_u8() as usize] > 0)
-                    .map(|l| format!("{l} {}", by_level[l.as_u8() as usize]))
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(l, n)| format!("{l} {n}"))
                     .collect();
                 eprintln!(
                     "-- {} at {}: {} of {} tokens; nodes: {}; {} omitted",
@@ -499,11 +496,11 @@ fn run(cli: Cli) -> Result<()> {
                         sc.chunks,
                         sc.groups,
                         sc.full_tokens,
-                        l[0],
-                        l[1],
-                        l[2],
-                        l[3],
-                        l[4],
+                        l[strata::Level::Full],
+                        l[strata::Level::Detailed],
+                        l[strata::Level::Summary],
+                        l[strata::Level::Abstract],
+                        l[strata::Level::Metadata],
                         sc.stale
                     );
                 }
