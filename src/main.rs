@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use strata::{Config, Engine, LevelChoice, Progress, ScopeKind, unix_now};
+use strata::{Config, Engine, Level, LevelChoice, PerLevel, Progress, ScopeKind, unix_now};
 
 #[derive(Parser)]
 #[command(
@@ -195,167 +195,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// Loads the configuration, opens the store and runs one subcommand.
 fn run(cli: Cli) -> Result<()> {
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let mut cfg = Config::load(cli.config.as_deref(), env)?;
-    if let Some(m) = cli.model {
-        cfg.model.sub = m;
-    }
-    if let Some(m) = cli.root_model {
-        cfg.model.root = m;
-    }
-    if let Some(u) = cli.base_url {
-        cfg.model.base_url = u;
-    }
-    if let Some(m) = cli.embed_model {
-        cfg.embed.model = m;
-    }
-    if let Some(u) = cli.embed_base_url {
-        cfg.embed.base_url = u;
-    }
-    cfg.validate()?;
+    let cfg = config(&cli)?;
+    let json = cli.json;
     if let Cmd::Eval(args) = cli.cmd {
-        return eval(args, cfg, cli.json);
+        return eval(args, cfg, json);
     }
     let engine = Engine::open(&cli.db, cfg)
         .with_context(|| format!("cannot open the store at {}", cli.db.display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = runtime()?;
     let now = unix_now();
-    let json = cli.json;
     match cli.cmd {
-        Cmd::Ingest { scope, kind, files } => {
-            let kind = kind.map(|k| k.parse::<ScopeKind>()).transpose()?;
-            let total: u64 = files
-                .iter()
-                .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
-                .sum();
-            let spinner = Bar::spinner(format!(
-                "ingesting {} file(s), {}",
-                files.len(),
-                human_bytes(total)
-            ));
-            let r = engine.ingest_files(&scope, kind, &files, now);
-            spinner.finish();
-            let r = r?;
-            if json {
-                print_json(&r)?;
-            } else {
-                out!(
-                    "{}: {} added, {} replaced, {} unchanged, {} removed; {} chunks written ({})",
-                    r.scope,
-                    r.added,
-                    r.replaced,
-                    r.unchanged,
-                    r.removed,
-                    r.chunks_written,
-                    human_bytes(r.bytes)
-                );
-            }
-        }
-        Cmd::Compress { scope } => {
-            let bar = Bar::new();
-            let r = rt.block_on(engine.compress(&scope, now, &bar))?;
-            // On stderr in both modes: with --json, stdout stays one JSON document, and a
-            // build against a dead model server must not look like a clean one.
-            if let Some(w) = fallback_warning(&r) {
-                eprintln!("{w}");
-            }
-            if let Some(e) = &r.embeddings
-                && e.failed > 0
-            {
-                eprintln!(
-                    "warning: {} node(s) have no embedding ({}); retrieval over them is BM25 only until a later compress",
-                    e.failed,
-                    e.error.as_deref().unwrap_or("unknown error")
-                );
-            }
-            if json {
-                print_json(&r)?;
-            } else {
-                let l = r.built_by_level;
-                out!(
-                    "{}: built {} nodes (detailed {}, summary {}, abstract {}, metadata {}), {} cache hits, {} failures, {} model calls, {} fallbacks, in {:.2} s",
-                    r.scope,
-                    r.nodes_built,
-                    l[strata::Level::Detailed],
-                    l[strata::Level::Summary],
-                    l[strata::Level::Abstract],
-                    l[strata::Level::Metadata],
-                    r.cache_hits,
-                    r.failures.len(),
-                    r.model_calls,
-                    r.fallbacks,
-                    r.elapsed_ms as f64 / 1000.0
-                );
-                if r.fallbacks > 0 {
-                    out!(
-                        "  model outputs rejected: {} empty, {} over budget, {} unfaithful, {} failed calls",
-                        r.empty,
-                        r.over_budget,
-                        r.unfaithful,
-                        r.model_errors
-                    );
-                }
-                if r.fallback_retried > 0 || r.fallback_nodes > 0 {
-                    out!(
-                        "  fallback nodes: {} made again with the model, {} in the tree ({} awaiting the model)",
-                        r.fallback_retried,
-                        r.fallback_nodes,
-                        r.fallback_awaiting_model
-                    );
-                }
-                if let Some(e) = &r.embeddings {
-                    out!(
-                        "  embeddings ({}): {} embedded, {} reused, {} failed, {} request(s)",
-                        e.model,
-                        e.embedded,
-                        e.reused,
-                        e.failed,
-                        e.requests
-                    );
-                }
-                print_usage(&r.usage)?;
-                for f in &r.failures {
-                    eprintln!("  failed: {} ({}): {}", f.what, f.level, f.error);
-                }
-            }
-        }
+        Cmd::Ingest { scope, kind, files } => ingest(&engine, &scope, kind, &files, now, json),
+        Cmd::Compress { scope } => compress(&engine, &rt, &scope, now, json),
         Cmd::Context {
             scope,
             level,
             budget,
-        } => {
-            let choice: LevelChoice = level.parse()?;
-            let bar = Bar::new();
-            let w = rt.block_on(engine.context(&scope, choice, budget, now, &bar))?;
-            if json {
-                print_json(&w)?;
-            } else {
-                out!("{}", w.text);
-                let by_level: strata::PerLevel<usize> = w.nodes.iter().map(|n| n.level).collect();
-                let used: Vec<String> = by_level
-                    .iter()
-                    .filter(|(_, n)| **n > 0)
-                    .map(|(l, n)| format!("{l} {n}"))
-                    .collect();
-                eprintln!(
-                    "-- {} at {}: {} of {} tokens; nodes: {}; {} omitted",
-                    w.scope,
-                    w.level,
-                    w.tokens,
-                    w.budget,
-                    if used.is_empty() {
-                        "none (budget too small)".into()
-                    } else {
-                        used.join(", ")
-                    },
-                    w.omitted
-                );
-            }
-        }
+        } => context(&engine, &rt, &scope, &level, budget, now, json),
         Cmd::Query {
             scope,
             all,
@@ -366,173 +224,392 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 scope.into_iter().collect()
             };
-            let bar = Bar::new();
-            let r = rt.block_on(engine.query(&scopes, &question, now, &bar))?;
-            if json {
-                print_json(&r)?;
-            } else if r.citations.is_empty() {
-                out!("No supported answer found (nothing in the scope can be cited for it).");
-                for h in &r.refinement_history {
-                    out!("  {h}");
-                }
-            } else {
-                out!(
-                    "Answer (confidence {:.2}{}):",
-                    r.confidence,
-                    if r.ready { ", ready" } else { ", not ready" }
-                );
-                for (i, c) in r.citations.iter().enumerate() {
-                    let who = match (&c.speaker, c.round) {
-                        (Some(s), Some(rd)) => format!(" — {s}, round {rd}"),
-                        _ => String::new(),
-                    };
-                    out!("  [{}] {}", i + 1, c.quote);
-                    out!("      {} bytes {}..{}{who}", c.source, c.start, c.end);
-                }
-                out!(
-                    "{} iteration(s), {} node(s) examined, {} tokens read, {} sub-call(s)",
-                    r.iterations,
-                    r.nodes_examined.len(),
-                    r.tokens_processed,
-                    r.sub_calls_made
-                );
-                print_usage(&r.usage)?;
-            }
+            query(&engine, &rt, &scopes, &question, now, json)
         }
         Cmd::Grep {
             scope,
             level,
             limit,
             pattern,
-        } => {
-            let levels = level
-                .iter()
-                .map(|l| l.parse::<strata::Level>())
-                .collect::<strata::Result<Vec<_>>>()?;
-            let hits = engine.grep(&scope, &pattern, &levels, limit, now)?;
-            if json {
-                print_json(&hits)?;
-            } else {
-                for h in &hits {
-                    let span = h
-                        .first_span
-                        .as_ref()
-                        .map(|s| format!("{} {}..{}", s.source, s.start, s.end))
-                        .unwrap_or_default();
-                    let text: String = h.text.chars().take(160).collect();
-                    out!(
-                        "{:>7.3}  {:<8} {}  {}\n         {}",
-                        h.score,
-                        h.level.name(),
-                        &h.id[..12],
-                        span,
-                        text.replace('\n', " ")
-                    );
-                }
-                if hits.is_empty() {
-                    out!("no match");
-                }
-            }
-        }
-        Cmd::Serve { addr } => {
-            let addr = addr.unwrap_or_else(|| engine.config().server.addr.clone());
-            let engine = std::sync::Arc::new(engine);
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind(&addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {addr}"))?;
-                eprintln!(
-                    "strata serving on http://{} (Ctrl-C to stop)",
-                    listener.local_addr()?
-                );
-                strata::server::run(engine, listener, shutdown_signal()).await?;
-                eprintln!("strata stopped");
-                anyhow::Ok(())
-            })?;
-        }
-        Cmd::Stats => {
-            let s = engine.stats(now)?;
-            if json {
-                print_json(&s)?;
-            } else {
-                let index = if s.unindexed > 0 {
-                    format!(
-                        "{} indexed, {} changes pending (applied at the next build or query)",
-                        s.indexed_docs, s.unindexed
-                    )
-                } else if s.indexed_docs == s.nodes as u64 {
-                    format!("{} indexed (all)", s.indexed_docs)
-                } else {
-                    format!(
-                        "{} indexed of {} (run `strata reindex`)",
-                        s.indexed_docs, s.nodes
-                    )
-                };
-                out!(
-                    "store {} · {} nodes · {} · tokenizer {} · model {}",
-                    human_bytes(s.disk_bytes),
-                    s.nodes,
-                    index,
-                    s.tokenizer,
-                    s.model
-                );
-                if let Some(m) = &s.embed_model {
-                    out!("  hybrid retrieval: {m}; {} vectors stored", s.embeddings);
-                }
-                if s.fallbacks.nodes > 0 {
-                    out!(
-                        "  {} node(s) made by the offline fallback or over it; {} to be made again by the next compress with the model",
-                        s.fallbacks.nodes,
-                        s.fallbacks.awaiting_model
-                    );
-                }
-                for sc in &s.scopes {
-                    let l = sc.live_by_level;
-                    out!(
-                        "  {} ({:?}): {} sources, {} chunks, {} groups, {} tokens; live full {} detailed {} summary {} abstract {} metadata {}; {} stale",
-                        sc.scope,
-                        sc.kind,
-                        sc.sources,
-                        sc.chunks,
-                        sc.groups,
-                        sc.full_tokens,
-                        l[strata::Level::Full],
-                        l[strata::Level::Detailed],
-                        l[strata::Level::Summary],
-                        l[strata::Level::Abstract],
-                        l[strata::Level::Metadata],
-                        sc.stale
-                    );
-                }
-                if s.scopes.is_empty() {
-                    out!("  no scopes yet: run `strata ingest --scope NAME FILE...`");
-                }
-            }
-        }
-        Cmd::Gc => {
-            let r = engine.gc(now)?;
-            if json {
-                print_json(&r)?;
-            } else {
-                out!(
-                    "removed {} expired and {} unreachable nodes, {} orphaned embeddings; {} nodes remain",
-                    r.expired,
-                    r.unreachable,
-                    r.embeddings_removed,
-                    r.remaining
-                );
-            }
-        }
+        } => grep(&engine, &scope, &level, limit, &pattern, now, json),
+        Cmd::Serve { addr } => serve(engine, &rt, addr),
+        Cmd::Stats => stats(&engine, now, json),
+        Cmd::Gc => gc(&engine, now, json),
+        Cmd::Reindex => reindex(&engine, json),
         Cmd::Eval(_) => unreachable!("handled before the store is opened"),
-        Cmd::Reindex => {
-            let n = engine.reindex()?;
-            if json {
-                print_json(&serde_json::json!({ "indexed": n }))?;
-            } else {
-                out!("indexed {n} nodes");
-            }
-        }
     }
+}
+
+/// The configuration file and environment, with the command-line overrides on top.
+fn config(cli: &Cli) -> Result<Config> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let mut cfg = Config::load(cli.config.as_deref(), env)?;
+    if let Some(m) = &cli.model {
+        cfg.model.sub = m.clone();
+    }
+    if let Some(m) = &cli.root_model {
+        cfg.model.root = m.clone();
+    }
+    if let Some(u) = &cli.base_url {
+        cfg.model.base_url = u.clone();
+    }
+    if let Some(m) = &cli.embed_model {
+        cfg.embed.model = m.clone();
+    }
+    if let Some(u) = &cli.embed_base_url {
+        cfg.embed.base_url = u.clone();
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// `strata ingest`: add files to a scope.
+fn ingest(
+    engine: &Engine,
+    scope: &str,
+    kind: Option<String>,
+    files: &[PathBuf],
+    now: u64,
+    json: bool,
+) -> Result<()> {
+    let kind = kind.map(|k| k.parse::<ScopeKind>()).transpose()?;
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
+        .sum();
+    let spinner = Bar::spinner(format!(
+        "ingesting {} file(s), {}",
+        files.len(),
+        human_bytes(total)
+    ));
+    let r = engine.ingest_files(scope, kind, files, now);
+    spinner.finish();
+    let r = r?;
+    if json {
+        return print_json(&r);
+    }
+    out!(
+        "{}: {} added, {} replaced, {} unchanged, {} removed; {} chunks written ({})",
+        r.scope,
+        r.added,
+        r.replaced,
+        r.unchanged,
+        r.removed,
+        r.chunks_written,
+        human_bytes(r.bytes)
+    );
+    Ok(())
+}
+
+/// `strata compress`: build or refresh every level of a scope.
+fn compress(
+    engine: &Engine,
+    rt: &tokio::runtime::Runtime,
+    scope: &str,
+    now: u64,
+    json: bool,
+) -> Result<()> {
+    let bar = Bar::new();
+    let r = rt.block_on(engine.compress(scope, now, &bar))?;
+    // On stderr in both modes: with --json, stdout stays one JSON document, and a
+    // build against a dead model server must not look like a clean one.
+    if let Some(w) = fallback_warning(&r) {
+        eprintln!("{w}");
+    }
+    if let Some(e) = &r.embeddings
+        && e.failed > 0
+    {
+        eprintln!(
+            "warning: {} node(s) have no embedding ({}); retrieval over them is BM25 only until a later compress",
+            e.failed,
+            e.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    if json {
+        return print_json(&r);
+    }
+    let l = r.built_by_level;
+    out!(
+        "{}: built {} nodes (detailed {}, summary {}, abstract {}, metadata {}), {} cache hits, {} failures, {} model calls, {} fallbacks, in {:.2} s",
+        r.scope,
+        r.nodes_built,
+        l[Level::Detailed],
+        l[Level::Summary],
+        l[Level::Abstract],
+        l[Level::Metadata],
+        r.cache_hits,
+        r.failures.len(),
+        r.model_calls,
+        r.fallbacks,
+        r.elapsed_ms as f64 / 1000.0
+    );
+    if r.fallbacks > 0 {
+        out!(
+            "  model outputs rejected: {} empty, {} over budget, {} unfaithful, {} failed calls",
+            r.empty,
+            r.over_budget,
+            r.unfaithful,
+            r.model_errors
+        );
+    }
+    if r.fallback_retried > 0 || r.fallback_nodes > 0 {
+        out!(
+            "  fallback nodes: {} made again with the model, {} in the tree ({} awaiting the model)",
+            r.fallback_retried,
+            r.fallback_nodes,
+            r.fallback_awaiting_model
+        );
+    }
+    if let Some(e) = &r.embeddings {
+        out!(
+            "  embeddings ({}): {} embedded, {} reused, {} failed, {} request(s)",
+            e.model,
+            e.embedded,
+            e.reused,
+            e.failed,
+            e.requests
+        );
+    }
+    print_usage(&r.usage)?;
+    for f in &r.failures {
+        eprintln!("  failed: {} ({}): {}", f.what, f.level, f.error);
+    }
+    Ok(())
+}
+
+/// `strata context`: a scope at a level within a token budget; the text on stdout, what it
+/// is made of on stderr.
+fn context(
+    engine: &Engine,
+    rt: &tokio::runtime::Runtime,
+    scope: &str,
+    level: &str,
+    budget: usize,
+    now: u64,
+    json: bool,
+) -> Result<()> {
+    let choice: LevelChoice = level.parse()?;
+    let bar = Bar::new();
+    let w = rt.block_on(engine.context(scope, choice, budget, now, &bar))?;
+    if json {
+        return print_json(&w);
+    }
+    out!("{}", w.text);
+    let by_level: PerLevel<usize> = w.nodes.iter().map(|n| n.level).collect();
+    let used: Vec<String> = by_level
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(l, n)| format!("{l} {n}"))
+        .collect();
+    eprintln!(
+        "-- {} at {}: {} of {} tokens; nodes: {}; {} omitted",
+        w.scope,
+        w.level,
+        w.tokens,
+        w.budget,
+        if used.is_empty() {
+            "none (budget too small)".into()
+        } else {
+            used.join(", ")
+        },
+        w.omitted
+    );
+    Ok(())
+}
+
+/// `strata query`: an answer with citations (every scope when `scopes` is empty).
+fn query(
+    engine: &Engine,
+    rt: &tokio::runtime::Runtime,
+    scopes: &[String],
+    question: &str,
+    now: u64,
+    json: bool,
+) -> Result<()> {
+    let bar = Bar::new();
+    let r = rt.block_on(engine.query(scopes, question, now, &bar))?;
+    if json {
+        return print_json(&r);
+    }
+    if r.citations.is_empty() {
+        out!("No supported answer found (nothing in the scope can be cited for it).");
+        for h in &r.refinement_history {
+            out!("  {h}");
+        }
+        return Ok(());
+    }
+    out!(
+        "Answer (confidence {:.2}{}):",
+        r.confidence,
+        if r.ready { ", ready" } else { ", not ready" }
+    );
+    for (i, c) in r.citations.iter().enumerate() {
+        let who = match (&c.speaker, c.round) {
+            (Some(s), Some(rd)) => format!(" — {s}, round {rd}"),
+            _ => String::new(),
+        };
+        out!("  [{}] {}", i + 1, c.quote);
+        out!("      {} bytes {}..{}{who}", c.source, c.start, c.end);
+    }
+    out!(
+        "{} iteration(s), {} node(s) examined, {} tokens read, {} sub-call(s)",
+        r.iterations,
+        r.nodes_examined.len(),
+        r.tokens_processed,
+        r.sub_calls_made
+    );
+    print_usage(&r.usage)
+}
+
+/// `strata grep`: BM25 hits over the levels.
+fn grep(
+    engine: &Engine,
+    scopes: &[String],
+    levels: &[String],
+    limit: usize,
+    pattern: &str,
+    now: u64,
+    json: bool,
+) -> Result<()> {
+    let levels = levels
+        .iter()
+        .map(|l| l.parse::<Level>())
+        .collect::<strata::Result<Vec<_>>>()?;
+    let hits = engine.grep(scopes, pattern, &levels, limit, now)?;
+    if json {
+        return print_json(&hits);
+    }
+    for h in &hits {
+        let span = h
+            .first_span
+            .as_ref()
+            .map(|s| format!("{} {}..{}", s.source, s.start, s.end))
+            .unwrap_or_default();
+        let text: String = h.text.chars().take(160).collect();
+        out!(
+            "{:>7.3}  {:<8} {}  {}\n         {}",
+            h.score,
+            h.level.name(),
+            &h.id[..12],
+            span,
+            text.replace('\n', " ")
+        );
+    }
+    if hits.is_empty() {
+        out!("no match");
+    }
+    Ok(())
+}
+
+/// `strata serve`: the HTTP API until SIGINT or SIGTERM.
+fn serve(engine: Engine, rt: &tokio::runtime::Runtime, addr: Option<String>) -> Result<()> {
+    let addr = addr.unwrap_or_else(|| engine.config().server.addr.clone());
+    let engine = std::sync::Arc::new(engine);
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        eprintln!(
+            "strata serving on http://{} (Ctrl-C to stop)",
+            listener.local_addr()?
+        );
+        strata::server::run(engine, listener, shutdown_signal()).await?;
+        eprintln!("strata stopped");
+        anyhow::Ok(())
+    })
+}
+
+/// `strata stats`: the store, the index, and every scope's tree.
+fn stats(engine: &Engine, now: u64, json: bool) -> Result<()> {
+    let s = engine.stats(now)?;
+    if json {
+        return print_json(&s);
+    }
+    let index = if s.unindexed > 0 {
+        format!(
+            "{} indexed, {} changes pending (applied at the next build or query)",
+            s.indexed_docs, s.unindexed
+        )
+    } else if s.indexed_docs == s.nodes as u64 {
+        format!("{} indexed (all)", s.indexed_docs)
+    } else {
+        format!(
+            "{} indexed of {} (run `strata reindex`)",
+            s.indexed_docs, s.nodes
+        )
+    };
+    out!(
+        "store {} · {} nodes · {} · tokenizer {} · model {}",
+        human_bytes(s.disk_bytes),
+        s.nodes,
+        index,
+        s.tokenizer,
+        s.model
+    );
+    if let Some(m) = &s.embed_model {
+        out!("  hybrid retrieval: {m}; {} vectors stored", s.embeddings);
+    }
+    if s.fallbacks.nodes > 0 {
+        out!(
+            "  {} node(s) made by the offline fallback or over it; {} to be made again by the next compress with the model",
+            s.fallbacks.nodes,
+            s.fallbacks.awaiting_model
+        );
+    }
+    for sc in &s.scopes {
+        let l = sc.live_by_level;
+        out!(
+            "  {} ({:?}): {} sources, {} chunks, {} groups, {} tokens; live full {} detailed {} summary {} abstract {} metadata {}; {} stale",
+            sc.scope,
+            sc.kind,
+            sc.sources,
+            sc.chunks,
+            sc.groups,
+            sc.full_tokens,
+            l[Level::Full],
+            l[Level::Detailed],
+            l[Level::Summary],
+            l[Level::Abstract],
+            l[Level::Metadata],
+            sc.stale
+        );
+    }
+    if s.scopes.is_empty() {
+        out!("  no scopes yet: run `strata ingest --scope NAME FILE...`");
+    }
+    Ok(())
+}
+
+/// `strata gc`: remove expired and unreachable nodes.
+fn gc(engine: &Engine, now: u64, json: bool) -> Result<()> {
+    let r = engine.gc(now)?;
+    if json {
+        return print_json(&r);
+    }
+    out!(
+        "removed {} expired and {} unreachable nodes, {} orphaned embeddings; {} nodes remain",
+        r.expired,
+        r.unreachable,
+        r.embeddings_removed,
+        r.remaining
+    );
+    Ok(())
+}
+
+/// `strata reindex`: rebuild the full-text index from the store.
+fn reindex(engine: &Engine, json: bool) -> Result<()> {
+    let n = engine.reindex()?;
+    if json {
+        return print_json(&serde_json::json!({ "indexed": n }));
+    }
+    out!("indexed {n} nodes");
     Ok(())
 }
 
@@ -586,10 +663,7 @@ fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
         docs.iter().map(|d| d.tokens).sum::<usize>(),
         opts.seed
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt = runtime()?;
     let write = |name: &str, body: &[u8]| -> Result<()> {
         let p = out.join(name);
         std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
