@@ -30,6 +30,7 @@ pub mod config;
 pub mod context;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "eval")]
 pub mod eval;
 pub mod expire;
 pub mod hybrid;
