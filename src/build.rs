@@ -9,7 +9,7 @@
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::level::Level;
+use crate::level::{Level, PerLevel};
 use crate::model::limit::Gate;
 use crate::model::usage::{self, Meter, Usage};
 use crate::model::{CompressRequest, ModelError, Passage, SubModel, offline};
@@ -77,7 +77,7 @@ pub struct BuildReport {
     pub failures: Vec<BuildFailure>,
     pub elapsed_ms: u64,
     /// Nodes built at each level (full, detailed, summary, abstract, metadata).
-    pub built_by_level: [usize; 5],
+    pub built_by_level: PerLevel<usize>,
     /// Nodes written to the full-text index.
     pub indexed: usize,
     /// Model traffic: calls, tokens and estimated cost per model.
@@ -164,10 +164,7 @@ impl Builder<'_> {
         self.progress.finish();
         let built = run.built.into_inner().expect("poisoned");
         let failures = run.failures.into_inner().expect("poisoned");
-        let mut by_level = [0usize; 5];
-        for n in &built {
-            by_level[n.level.as_u8() as usize] += 1;
-        }
+        let by_level: PerLevel<usize> = built.iter().map(|n| n.level).collect();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let marks = run.marks.into_inner().expect("poisoned");
         let mut usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());

@@ -122,7 +122,7 @@ pub struct ScopeStats {
     pub groups: usize,
     pub full_tokens: u64,
     /// Live nodes per level (full, detailed, summary, abstract, metadata) of the current tree.
-    pub live_by_level: [usize; 5],
+    pub live_by_level: crate::level::PerLevel<usize>,
     /// Nodes of the current tree that are missing or expired (a build would make them).
     pub stale: usize,
 }
@@ -971,11 +971,11 @@ impl Engine {
     pub fn scope_stats(&self, scope: &str, now: u64) -> Result<ScopeStats> {
         let rec = self.scope(scope)?;
         let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
-        let mut live = [0usize; 5];
+        let mut live = crate::level::PerLevel::<usize>::default();
         let mut stale = 0;
         for id in plan.all_ids() {
             match self.store.get_live(&id, now)? {
-                Some(n) => live[n.level.as_u8() as usize] += 1,
+                Some(n) => live[n.level] += 1,
                 None => stale += 1,
             }
         }

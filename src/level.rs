@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::ops::{Index, IndexMut};
 use std::str::FromStr;
 
 /// An abstraction level. The numeric value is part of every node id and of the index.
@@ -66,5 +67,59 @@ impl FromStr for Level {
                     "unknown level `{s}`: expected full, detailed, summary, abstract or metadata (or 0-4)"
                 ))
             })
+    }
+}
+
+/// One value per level, indexed by [`Level`] (no `as usize` at the call sites). Serialised as
+/// an array of five in level order (full, detailed, summary, abstract, metadata), the shape
+/// the JSON output has always had.
+///
+/// ```
+/// use strata::level::{Level, PerLevel};
+/// let counts: PerLevel<usize> = [Level::Detailed, Level::Summary, Level::Detailed]
+///     .into_iter()
+///     .collect();
+/// assert_eq!(counts[Level::Detailed], 2);
+/// assert_eq!(serde_json::to_string(&counts).unwrap(), "[0,2,1,0,0]");
+/// ```
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PerLevel<T>([T; 5]);
+
+impl<T> PerLevel<T> {
+    /// Each level with its value, in level order.
+    pub fn iter(&self) -> impl Iterator<Item = (Level, &T)> {
+        Level::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
+impl<T> Index<Level> for PerLevel<T> {
+    type Output = T;
+    fn index(&self, level: Level) -> &T {
+        &self.0[level as usize]
+    }
+}
+
+impl<T> IndexMut<Level> for PerLevel<T> {
+    fn index_mut(&mut self, level: Level) -> &mut T {
+        &mut self.0[level as usize]
+    }
+}
+
+/// Counts the levels.
+impl FromIterator<Level> for PerLevel<usize> {
+    fn from_iter<I: IntoIterator<Item = Level>>(levels: I) -> Self {
+        let mut counts = PerLevel::default();
+        for l in levels {
+            counts[l] += 1;
+        }
+        counts
+    }
+}
+
+/// Prints as the array it serialises to.
+impl<T: fmt::Debug> fmt::Debug for PerLevel<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.0).finish()
     }
 }

@@ -32,6 +32,7 @@ pub(crate) mod corpus;
 pub mod disk;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "eval")]
 pub mod eval;
 pub mod expire;
 pub mod hybrid;
@@ -56,7 +57,7 @@ pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
 pub use engine::{Engine, GcReport, GrepHit, IngestReport, Stats, View, unix_now};
 pub use error::{Error, Result};
-pub use level::Level;
+pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
 pub use navigate::{Citation, QueryResult};
 pub use node::{Node, NodeId, Span};

@@ -549,12 +549,7 @@ async fn refinement_status(
         .map(|(_, q)| q.clone());
     let levels: serde_json::Map<String, serde_json::Value> = Level::ALL
         .iter()
-        .map(|l| {
-            (
-                l.name().to_string(),
-                json!(stats.live_by_level[l.as_u8() as usize]),
-            )
-        })
+        .map(|l| (l.name().to_string(), json!(stats.live_by_level[*l])))
         .collect();
     Ok(Json(json!({
         "debate": id,

@@ -13,11 +13,11 @@ fn sample_data_end_to_end() {
         let r = compress(&rt, &e, scope, T0);
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         let plan = e.plan(scope).unwrap();
-        assert_eq!(r.built_by_level[1], plan.chunks.len());
-        assert_eq!(r.built_by_level[2], plan.groups.len());
-        assert_eq!(r.built_by_level[3], 1);
+        assert_eq!(r.built_by_level[Level::Detailed], plan.chunks.len());
+        assert_eq!(r.built_by_level[Level::Summary], plan.groups.len());
+        assert_eq!(r.built_by_level[Level::Abstract], 1);
         assert_eq!(
-            r.built_by_level[4],
+            r.built_by_level[Level::Metadata],
             plan.chunks.len() + plan.groups.len() + 1
         );
         assert_eq!(r.nodes_built, plan.n_derived());
@@ -375,7 +375,7 @@ fn a_failed_node_is_reported_not_fatal() {
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert!(r.fallbacks >= 1);
     // Retries happened: more calls than nodes built by the model path.
-    assert!(r.model_calls > r.built_by_level[1] as u64);
+    assert!(r.model_calls > r.built_by_level[Level::Detailed] as u64);
 
     // Model and fallback both fail: the build reports the failure and finishes the rest.
     let model = Flaky::new("Kessling & Partners", "flaky-b");

@@ -1,0 +1,162 @@
+//! The command line: global options, subcommands and their arguments (clap derive).
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "Hierarchical compression engine: long context at five abstraction levels, answers with citations to exact source spans."
+)]
+pub struct Cli {
+    /// Where the store and index live.
+    #[arg(long, global = true, env = "STRATA_DB", default_value = "strata-data")]
+    pub db: PathBuf,
+    /// A TOML configuration file (every option is also a STRATA_SECTION_FIELD variable).
+    #[arg(long, global = true, env = "STRATA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Compression (sub) model: `offline` or `openai:MODEL` (sets model.sub).
+    #[arg(long, global = true, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Navigating (root) model: `openai:MODEL`, or `offline` (sets model.root).
+    #[arg(long, global = true, value_name = "MODEL")]
+    pub root_model: Option<String>,
+    /// An OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1 (sets model.base_url).
+    #[arg(long, global = true, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Embedding model for hybrid (dense + BM25) retrieval: `openai:MODEL`, or `off`
+    /// (sets embed.model).
+    #[arg(long, global = true, value_name = "MODEL")]
+    pub embed_model: Option<String>,
+    /// The OpenAI-compatible API serving /v1/embeddings (sets embed.base_url; default:
+    /// the --base-url one).
+    #[arg(long, global = true, value_name = "URL")]
+    pub embed_base_url: Option<String>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Add documents (.txt, .md) or a debate (JSON Lines turns) to a scope.
+    Ingest {
+        #[arg(long)]
+        scope: String,
+        /// doc or debate (default: .jsonl files are debates, anything else documents).
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Build or refresh every level of a scope (cached nodes cost nothing).
+    Compress {
+        #[arg(long)]
+        scope: String,
+    },
+    /// Print a scope at a level within a token budget.
+    Context {
+        #[arg(long)]
+        scope: String,
+        /// full, detailed, summary, abstract, metadata or auto.
+        #[arg(long, default_value = "auto")]
+        level: String,
+        /// Maximum tokens (cl100k).
+        #[arg(long)]
+        budget: usize,
+    },
+    /// Answer a question with citations to exact source spans.
+    Query {
+        /// The scope to search (or --all).
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        scope: Option<String>,
+        /// Search every scope.
+        #[arg(long)]
+        all: bool,
+        question: String,
+    },
+    /// BM25 search of the levels (what the navigator's `grep` sees).
+    Grep {
+        /// Scopes to search (default: all).
+        #[arg(long)]
+        scope: Vec<String>,
+        /// Levels to search (default: all); repeat or comma-separate.
+        #[arg(long, value_delimiter = ',')]
+        level: Vec<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        pattern: String,
+    },
+    /// Serve the HTTP API (debates, documents, jobs, /metrics, /healthz) until SIGINT/SIGTERM.
+    Serve {
+        /// Address to listen on (default: server.addr, 127.0.0.1:7878).
+        #[arg(long)]
+        addr: Option<String>,
+    },
+    /// Scopes, levels, nodes, index and disk usage.
+    Stats,
+    /// Remove expired and unreachable nodes.
+    Gc,
+    /// Rebuild the full-text index from the store.
+    Reindex,
+    /// Recover a store after a full disk or a crash: set aside the sled files it cannot
+    /// read, copy what is readable into a fresh store if part of it is lost, check every
+    /// record, rebuild the index; says what it did.
+    Repair,
+    /// Measure answer quality on generated tasks over real text (needles in haystacks,
+    /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
+    /// eval.svg. Uses its own stores under --out, never --db.
+    Eval(EvalArgs),
+}
+
+#[derive(clap::Args)]
+#[cfg_attr(not(feature = "eval"), allow(dead_code))]
+pub struct EvalArgs {
+    /// Directories of .txt files to cut haystacks from (e.g. from scripts/fetch-essays.sh
+    /// and scripts/fetch-sotu.sh); the first makes the small haystacks.
+    #[arg(long, required = true)]
+    pub corpus: Vec<PathBuf>,
+    /// Haystack sizes in tokens, comma-separated (8k, 512k, 2M...).
+    #[arg(long, value_delimiter = ',', default_value = "8k,32k,128k,512k,1M,2M")]
+    pub sizes: Vec<String>,
+    /// Single needles per haystack.
+    #[arg(long, default_value_t = 20)]
+    pub needles: usize,
+    /// Needles about real places, asked in other words, per haystack (at most 40).
+    #[arg(long, default_value_t = 10)]
+    pub paraphrases: usize,
+    /// Multi-needle questions (three facts each) per haystack.
+    #[arg(long, default_value_t = 4)]
+    pub multi: usize,
+    /// Multi-hop questions per haystack.
+    #[arg(long, default_value_t = 4)]
+    pub hops: usize,
+    /// Rounds of the generated debate (0 = skip the debate task).
+    #[arg(long, default_value_t = 200)]
+    pub debate_rounds: usize,
+    #[arg(long, default_value_t = 5)]
+    pub debate_speakers: usize,
+    #[arg(long, default_value_t = 12)]
+    pub debate_topics: usize,
+    /// Tokens of text for the per-level fidelity task (0 = skip).
+    #[arg(long, default_value = "100k")]
+    pub fidelity_tokens: String,
+    /// Hand-written questions over given files (data/questions.json for the samples).
+    #[arg(long, value_name = "FILE")]
+    pub questions: Option<PathBuf>,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Where the report, the table and the plot are written.
+    #[arg(long, default_value = "eval-out")]
+    pub out: PathBuf,
+    /// Keep the stores built for each task (under OUT/work).
+    #[arg(long)]
+    pub keep: bool,
+    /// Fail (exit 1) when a task's accuracy over all sizes is below a floor:
+    /// TASK=MIN, e.g. single_needle=0.95 or debate=0.9; repeatable.
+    #[arg(long, value_name = "TASK=MIN")]
+    pub floor: Vec<String>,
+}
