@@ -222,12 +222,7 @@ fn a_json_build_against_a_dead_model_warns_on_stderr() {
     let (code, _, err) = strata(&db, &["ingest", "--scope", "d", turns.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     // A port nobody listens on: every call is refused at once.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}/v1");
+    let url = dead_url();
     let env = [
         ("STRATA_MODEL_RETRIES", "0"),
         ("STRATA_MODEL_API_KEY_ENV", "STRATA_TEST_NO_SUCH_KEY"),

@@ -127,20 +127,7 @@ fn serve(rt: &tokio::runtime::Runtime) -> (Arc<Mock>, String) {
     let app = Router::new()
         .route("/v1/embeddings", post(embeddings))
         .with_state(mock.clone());
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (mock, format!("http://{addr}/v1"))
-}
-
-/// A base URL where nothing listens (a port bound, then released).
-fn dead_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    format!("http://{addr}/v1")
+    (mock, serve_mock(rt, app))
 }
 
 // ---------------------------------------------------------------- fixtures

@@ -226,12 +226,7 @@ fn serve(rt: &tokio::runtime::Runtime) -> (Arc<Mock>, String) {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
         .with_state(mock.clone());
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (mock, format!("http://{addr}/v1"))
+    (mock, serve_mock(rt, app))
 }
 
 /// A well-behaved model: the first sentence of each passage, within the word budget

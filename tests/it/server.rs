@@ -1,109 +1,11 @@
 //! `strata serve` over real HTTP on 127.0.0.1: every route, auth, bad input, concurrent
 //! appends, jobs that survive a restart, and Prometheus metrics.
 
+use crate::support::Server;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use strata::{Config, Engine};
-use tokio::sync::oneshot;
-
-struct Server {
-    base: String,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<tokio::task::JoinHandle<strata::Result<()>>>,
-    http: reqwest::Client,
-    token: Option<String>,
-}
-
-impl Server {
-    async fn start(dir: &Path, cfg: Config) -> Server {
-        Self::start_engine(Engine::open(dir, cfg).unwrap()).await
-    }
-
-    async fn start_engine(engine: Engine) -> Server {
-        let cfg = engine.config().clone();
-        let token = (!cfg.server.token.is_empty()).then(|| cfg.server.token.clone());
-        let engine = Arc::new(engine);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(strata::server::run(engine, listener, async {
-            let _ = rx.await;
-        }));
-        Server {
-            base,
-            stop: Some(tx),
-            handle: Some(handle),
-            http: reqwest::Client::new(),
-            token,
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.handle.take().unwrap().await.unwrap().unwrap();
-    }
-
-    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let r = self.http.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(t) => r.bearer_auth(t),
-            None => r,
-        }
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.req(reqwest::Method::GET, path).send().await.unwrap();
-        let code = r.status().as_u16();
-        (code, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .req(reqwest::Method::POST, path)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let code = r.status().as_u16();
-        (code, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn post_raw(&self, path: &str, body: &'static str) -> (u16, Value) {
-        let r = self
-            .req(reqwest::Method::POST, path)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let code = r.status().as_u16();
-        (code, r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// Waits (bounded) for a background job to finish: the server answers `?wait=` when
-    /// the job's end is signalled, no polling.
-    async fn wait_job(&self, id: u64) -> Value {
-        let (code, j) = self.get(&format!("/api/jobs/{id}?wait=60")).await;
-        assert_eq!(code, 200, "{j}");
-        assert!(
-            j["state"] == "done" || j["state"] == "failed",
-            "job {id} did not finish: {j}"
-        );
-        j
-    }
-
-    async fn metrics(&self) -> String {
-        self.req(reqwest::Method::GET, "/metrics")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-}
 
 fn turn(round: u32, speaker: &str, text: &str) -> Value {
     json!({"round": round, "speaker": speaker, "text": text})

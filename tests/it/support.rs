@@ -1,7 +1,11 @@
 //! Shared helpers: engines on sample data, a runtime, the citation check every test that
-//! queries uses, and `check`, the snapshot of the offline navigator's trajectory.
+//! queries uses, `check`, the snapshot of the offline navigator's trajectory, a flaky
+//! sub-model, the in-process mock of an OpenAI-compatible API (its server half; each test
+//! module routes its own endpoints), and `Server`, a `strata serve` on 127.0.0.1 with an
+//! HTTP client.
 
 use expect_test::Expect;
+use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use strata::config::Strategy;
 use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
 use strata::{Config, Engine, NoProgress, QueryResult, ScopeKind};
+use tokio::sync::oneshot;
 
 pub const T0: u64 = 1_800_000_000;
 
@@ -228,5 +233,126 @@ impl SubModel for Flaky {
             }
             Ok(strata::model::offline::compress(&req))
         })
+    }
+}
+
+// ---------------------------------------------------------------- mock model servers
+
+/// Serves `app` (a mock of an OpenAI-compatible API's routes) on 127.0.0.1:0 inside `rt`;
+/// returns its `/v1` base URL.
+pub fn serve_mock(rt: &tokio::runtime::Runtime, app: axum::Router) -> String {
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+/// A base URL where nothing listens (a port bound, then released): every call is refused.
+pub fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}/v1")
+}
+
+// ---------------------------------------------------------------- strata serve
+
+/// `strata::server::run` on 127.0.0.1:0 with a client that sends the configured token.
+pub struct Server {
+    pub base: String,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<strata::Result<()>>>,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+impl Server {
+    pub async fn start(dir: &Path, cfg: Config) -> Server {
+        Self::start_engine(Engine::open(dir, cfg).unwrap()).await
+    }
+
+    pub async fn start_engine(engine: Engine) -> Server {
+        let cfg = engine.config().clone();
+        let token = (!cfg.server.token.is_empty()).then(|| cfg.server.token.clone());
+        let engine = Arc::new(engine);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(strata::server::run(engine, listener, async {
+            let _ = rx.await;
+        }));
+        Server {
+            base,
+            stop: Some(tx),
+            handle: Some(handle),
+            http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.handle.take().unwrap().await.unwrap().unwrap();
+    }
+
+    pub fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.req(reqwest::Method::GET, path).send().await.unwrap();
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .req(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &'static str) -> (u16, Value) {
+        let r = self
+            .req(reqwest::Method::POST, path)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let code = r.status().as_u16();
+        (code, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits (bounded) for a background job to finish: the server answers `?wait=` when
+    /// the job's end is signalled, no polling.
+    pub async fn wait_job(&self, id: u64) -> Value {
+        let (code, j) = self.get(&format!("/api/jobs/{id}?wait=60")).await;
+        assert_eq!(code, 200, "{j}");
+        assert!(
+            j["state"] == "done" || j["state"] == "failed",
+            "job {id} did not finish: {j}"
+        );
+        j
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.req(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 }
