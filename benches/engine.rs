@@ -3,9 +3,11 @@
 //! ```text
 //! cargo bench --bench engine               # everything (~2-3 minutes on 2 cores)
 //! cargo bench --bench engine -- chunk      # one group
+//! STRATA_BENCH_FLAT_MB=0.25,1,2,8 cargo bench --bench engine -- chunk_flat
 //! ```
 //!
-//! Groups: `chunk` (semantic chunker, bytes/s), `offline` (extractive compressor on one
+//! Groups: `chunk` (semantic chunker, bytes/s), `chunk_flat` (the chunker on text without
+//! whitespace or sentence ends, 1 MB of each kind by default), `offline` (extractive compressor on one
 //! 400-token chunk and on one ~3,000-token SUMMARY group), `store` (sled `put_node` /
 //! `get_live`), `index` (BM25 `grep` over a built engine), `context` (token-budgeted
 //! windows on a warm engine) and `query` (the offline navigator, end to end).
@@ -79,6 +81,99 @@ fn bench_chunk(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("document_400", text.len()), |b| {
         b.iter(|| chunk::chunk(black_box(text), Structure::Document, CHUNK_TOKENS))
     });
+    g.finish();
+}
+
+/// Text without whitespace or sentence ends (issue 9), `bytes` long, of one kind.
+fn flat_text(kind: &str, bytes: usize) -> String {
+    // A fixed xorshift stream: the same text on every run.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n) as usize
+    };
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let cjk: Vec<char> = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同三已老从动两长知民样现分将外但身些与高意进把法此实回二理美点月明其种声全工己话儿者向情部正名定女问力机给等几很业最间新什打便位因重被走电四第门相次东政海口使教西再平真听世气信北少关并内加化由却代军产入先山五太水万市眼体别处总才场师书比住员九笑性通目华报立马命张活难神数件安表原车白应路期叫死常提感金何更反合放做系计或司利受光王果亲界及今京务制解各任至清物台象记边共风战干接它许八特觉望直服毛林题建南度统色字请交爱让认算论百吃义科怎元社术结六功指思非流每青管夫连远资队跑".chars().collect();
+    let words = [
+        "harbour", "line", "council", "budget", "station", "the", "of", "a", "rail",
+    ];
+    let mut s = String::with_capacity(bytes + 8);
+    match kind {
+        "abc" => {
+            while s.len() < bytes {
+                s.push_str("abcdefghij");
+            }
+        }
+        "letters" => {
+            while s.len() < bytes {
+                s.push(char::from(b'a' + next(26) as u8));
+            }
+        }
+        "base64" => {
+            while s.len() < bytes {
+                s.push(char::from(B64[next(64)]));
+            }
+        }
+        "one_char" => s = "a".repeat(bytes),
+        "cjk" => {
+            while s.len() < bytes {
+                s.push(cjk[next(cjk.len() as u64)]);
+            }
+        }
+        "giant_word" => {
+            let prose = "The council met on Tuesday to discuss the harbour line. ";
+            while s.len() < bytes / 4 {
+                s.push_str(prose);
+            }
+            while s.len() < bytes * 3 / 4 {
+                s.push(char::from(b'a' + next(26) as u8));
+            }
+            while s.len() < bytes {
+                s.push_str(prose);
+            }
+        }
+        "no_sentence_ends" => {
+            while s.len() < bytes {
+                s.push_str(words[next(words.len() as u64)]);
+                s.push(' ');
+            }
+        }
+        other => panic!("no flat text kind {other}"),
+    }
+    s
+}
+
+fn bench_chunk_flat(c: &mut Criterion) {
+    let sizes: Vec<f64> = std::env::var("STRATA_BENCH_FLAT_MB")
+        .unwrap_or_else(|_| "1".into())
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse()
+                .expect("STRATA_BENCH_FLAT_MB: sizes in MB, e.g. 0.25,1")
+        })
+        .collect();
+    let mut g = c.benchmark_group("chunk_flat");
+    for &mb in &sizes {
+        let bytes = (mb * 1024.0 * 1024.0) as usize;
+        for kind in [
+            "abc",
+            "letters",
+            "base64",
+            "one_char",
+            "cjk",
+            "giant_word",
+            "no_sentence_ends",
+        ] {
+            let text = flat_text(kind, bytes);
+            g.throughput(Throughput::Bytes(text.len() as u64));
+            g.bench_function(BenchmarkId::new(kind, format!("{mb}MB")), |b| {
+                b.iter(|| chunk::chunk(black_box(&text), Structure::Document, CHUNK_TOKENS))
+            });
+        }
+    }
     g.finish();
 }
 
@@ -362,6 +457,6 @@ fn bench_query(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_chunk, bench_offline, bench_store, bench_index, bench_context, bench_query
+    targets = bench_chunk, bench_chunk_flat, bench_offline, bench_store, bench_index, bench_context, bench_query
 }
 criterion_main!(benches);

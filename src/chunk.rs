@@ -104,32 +104,66 @@ fn heading_of(line: &str) -> Option<(usize, String)> {
     Some((hashes, title))
 }
 
+/// A run of word segments without a letter or digit (punctuation, symbols, whitespace) at
+/// least this long is cut as one long word. Such runs tokenize far below one token per
+/// segment (a line of 400 dashes is 6 tokens), so packing them segment by segment made
+/// chunks of a few tokens each. Ordinary text has no such run (a ruler line is ~80 bytes).
+const SYMBOL_RUN_BYTES: usize = 1024;
+
 /// Pieces of a block that is larger than the budget: sentences, and words of sentences that
-/// are themselves too long. Returns `(start, end, tokens)` relative to the source.
+/// are themselves too long. Returns `(start, end, tokens)` relative to the source; every
+/// piece fits the budget, except a single character that alone exceeds it.
 fn split_large(src: &str, start: usize, end: usize, budget: usize) -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
     for s in text::sentences(&src[start..end]) {
         let (s0, s1) = (start + s.start, start + s.end);
-        let t = token::count(&src[s0..s1]);
-        if t <= budget {
+        if let Some(t) = token::count_within(&src[s0..s1], budget) {
             out.push((s0, s1, t));
             continue;
         }
-        for (w0, w) in src[s0..s1].split_word_bound_indices() {
-            let mut a = s0 + w0;
-            let b = a + w.len();
-            // A "word" longer than the budget (a base64 blob, say): cut at char boundaries.
-            while a < b {
-                let piece = token::truncate_to(&src[a..b], budget);
-                let len = piece
-                    .len()
-                    .max(src[a..b].chars().next().map_or(1, char::len_utf8));
-                out.push((a, a + len, token::count(&src[a..a + len])));
-                a += len;
+        let words: Vec<(usize, usize)> = src[s0..s1]
+            .split_word_bound_indices()
+            .map(|(w0, w)| (s0 + w0, s0 + w0 + w.len()))
+            .collect();
+        let mut i = 0;
+        while i < words.len() {
+            let mut j = i;
+            while j < words.len() && !src[words[j].0..words[j].1].contains(char::is_alphanumeric) {
+                j += 1;
             }
+            if j > i && words[j - 1].1 - words[i].0 >= SYMBOL_RUN_BYTES {
+                cut_long(src, words[i].0, words[j - 1].1, budget, &mut out);
+                i = j;
+                continue;
+            }
+            for &(a, b) in &words[i..j.max(i + 1)] {
+                match token::count_within(&src[a..b], budget) {
+                    Some(t) => out.push((a, b, t)),
+                    None => cut_long(src, a, b, budget, &mut out),
+                }
+            }
+            i = j.max(i + 1);
         }
     }
     out
+}
+
+/// Cuts `[a, b)` — a "word" longer than the budget (a base64 blob, text without spaces) —
+/// into prefixes that fit, each found in time linear in its own length.
+fn cut_long(
+    src: &str,
+    mut a: usize,
+    b: usize,
+    budget: usize,
+    out: &mut Vec<(usize, usize, usize)>,
+) {
+    let mut guess = 0;
+    while a < b {
+        let (len, t) = token::fitting_prefix(&src[a..b], budget, guess);
+        out.push((a, a + len, t));
+        a += len;
+        guess = len;
+    }
 }
 
 /// Cuts `src` into chunks of about `budget` tokens (never more, except a single character
@@ -138,10 +172,20 @@ fn split_large(src: &str, start: usize, end: usize, budget: usize) -> Vec<(usize
 pub fn chunk(src: &str, structure: Structure, budget: usize) -> Vec<Chunk> {
     let budget = budget.max(1);
     let blocks = blocks(src, structure);
-    // Token counting dominates; do it in parallel.
-    let block_tokens: Vec<usize> = blocks
+    // Token counting dominates; do it in parallel. A block over the budget is split into
+    // pieces that fit; its own exact count is never needed, so never computed.
+    enum Sized {
+        Fits(usize),
+        Split(Vec<(usize, usize, usize)>),
+    }
+    let sized: Vec<Sized> = blocks
         .par_iter()
-        .map(|b| token::count(&src[b.start..b.end]))
+        .map(
+            |b| match token::count_within(&src[b.start..b.end], budget) {
+                Some(t) => Sized::Fits(t),
+                None => Sized::Split(split_large(src, b.start, b.end, budget)),
+            },
+        )
         .collect();
 
     // Pieces: (start, end, tokens, starts_new_chunk, heading)
@@ -152,23 +196,18 @@ pub fn chunk(src: &str, structure: Structure, budget: usize) -> Vec<Chunk> {
         boundary: bool,
         heading: Option<(usize, String)>,
     }
-    let large: Vec<Option<Vec<(usize, usize, usize)>>> = blocks
-        .par_iter()
-        .zip(block_tokens.par_iter())
-        .map(|(b, &t)| (t > budget).then(|| split_large(src, b.start, b.end, budget)))
-        .collect();
     let mut pieces = Vec::with_capacity(blocks.len());
-    for ((b, t), big) in blocks.into_iter().zip(block_tokens).zip(large) {
+    for (b, sized) in blocks.into_iter().zip(sized) {
         let boundary = b.heading.is_some();
-        match big {
-            None => pieces.push(Piece {
+        match sized {
+            Sized::Fits(t) => pieces.push(Piece {
                 start: b.start,
                 end: b.end,
                 tokens: t,
                 boundary,
                 heading: b.heading,
             }),
-            Some(parts) => {
+            Sized::Split(parts) => {
                 for (i, (s, e, pt)) in parts.into_iter().enumerate() {
                     pieces.push(Piece {
                         start: s,
@@ -186,18 +225,21 @@ pub fn chunk(src: &str, structure: Structure, budget: usize) -> Vec<Chunk> {
     let mut headings: Vec<(usize, String)> = Vec::new();
     let mut section: u32 = 0;
     let mut seen_heading = false;
-    let mut cur: Option<(usize, usize, usize)> = None; // start, end, approx tokens
+    // start, end, tokens (the sum of the pieces'), whether it is a single piece (then the
+    // sum is the exact count)
+    let mut cur: Option<(usize, usize, usize, bool)> = None;
     let mut cur_headings: Vec<String> = Vec::new();
     let mut cur_section = 0;
-    let flush = |cur: &mut Option<(usize, usize, usize)>,
+    let flush = |cur: &mut Option<(usize, usize, usize, bool)>,
                  chunks: &mut Vec<Chunk>,
                  hs: &Vec<String>,
                  sec: u32| {
-        if let Some((s, e, _)) = cur.take() {
+        if let Some((s, e, t, single)) = cur.take() {
             chunks.push(Chunk {
                 start: s,
                 end: e,
-                tokens: 0,
+                // Known exactly for a single piece; 0 = to count.
+                tokens: if single { t } else { 0 },
                 headings: hs.clone(),
                 section: sec,
             });
@@ -219,52 +261,105 @@ pub fn chunk(src: &str, structure: Structure, budget: usize) -> Vec<Chunk> {
             flush(&mut cur, &mut chunks, &cur_headings, cur_section);
         }
         match &mut cur {
-            Some((_, e, t)) if *t + p.tokens <= budget => {
+            Some((_, e, t, single)) if *t + p.tokens <= budget => {
                 *e = p.end;
                 *t += p.tokens;
+                *single = false;
             }
             _ => {
                 flush(&mut cur, &mut chunks, &cur_headings, cur_section);
-                cur = Some((p.start, p.end, p.tokens));
+                cur = Some((p.start, p.end, p.tokens, true));
                 cur_headings = headings.iter().map(|(_, h)| h.clone()).collect();
                 cur_section = section;
             }
         }
     }
     flush(&mut cur, &mut chunks, &cur_headings, cur_section);
-    // A whitespace-only chunk (blank lines before a first heading) carries nothing to
-    // compress or cite: fold it into its neighbour so spans still tile.
-    let mut i = 0;
-    while chunks.len() > 1 && i < chunks.len() {
-        if src[chunks[i].start..chunks[i].end].trim().is_empty() {
-            if i + 1 < chunks.len() {
-                chunks[i + 1].start = chunks[i].start;
-            } else {
-                chunks[i - 1].end = chunks[i].end;
-            }
-            chunks.remove(i);
-        } else {
-            i += 1;
-        }
-    }
-    chunks
-        .par_iter_mut()
-        .for_each(|c| c.tokens = token::count(&src[c.start..c.end]));
+    let chunks = fold_blank_chunks(src, chunks, budget);
     // Packing added up per-piece counts; BPE is not quite additive across piece joins, so
     // a rare chunk lands a token or two over. Re-pack those with exact counts.
-    if chunks.iter().any(|c| c.tokens > budget) {
-        chunks = chunks
-            .into_iter()
-            .flat_map(|c| {
-                if c.tokens <= budget {
-                    vec![c]
-                } else {
-                    repack(src, c, budget)
-                }
-            })
-            .collect();
+    let counted: Vec<Option<usize>> = chunks
+        .par_iter()
+        .map(|c| match c.tokens {
+            t if t > 0 && t <= budget => Some(t),
+            _ => token::count_within(&src[c.start..c.end], budget),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(chunks.len());
+    for (mut c, t) in chunks.into_iter().zip(counted) {
+        match t {
+            Some(t) => {
+                c.tokens = t;
+                out.push(c);
+            }
+            None => out.extend(repack(src, c, budget)),
+        }
     }
-    chunks
+    out
+}
+
+/// Blank regions of up to this many bytes are folded whole into a neighbour chunk. A bigger
+/// one (never in ordinary text: it takes pages of blank lines) keeps its own chunks, which
+/// the splitter already cut to the budget; folding it would make a huge chunk to re-pack.
+const FOLD_MAX_BYTES: usize = 1024;
+
+/// A whitespace-only chunk (blank lines before a first heading) carries nothing to
+/// compress or cite: fold it into the next chunk (the last one into the previous) so spans
+/// still tile. One pass; a short text of nothing but whitespace stays one chunk.
+fn fold_blank_chunks(src: &str, chunks: Vec<Chunk>, budget: usize) -> Vec<Chunk> {
+    let n = chunks.len();
+    if n < 2 {
+        return chunks;
+    }
+    let mut out: Vec<Chunk> = Vec::with_capacity(n);
+    // Blank chunks waiting to be folded into the next one.
+    let mut pending: Vec<Chunk> = Vec::new();
+    for (i, mut c) in chunks.into_iter().enumerate() {
+        let blank = src[c.start..c.end].trim().is_empty();
+        if blank && i + 1 < n {
+            pending.push(c);
+            continue;
+        }
+        let region = pending.first().map_or(c.start, |p| p.start);
+        if blank {
+            // The last chunk is blank: fold it, with the blank chunks before it, into the
+            // previous chunk (or keep them as one chunk when there is none).
+            if c.end - region <= FOLD_MAX_BYTES {
+                c.start = region;
+                c.tokens = 0;
+                match out.last_mut() {
+                    Some(prev) => {
+                        prev.end = c.end;
+                        prev.tokens = 0;
+                    }
+                    None => out.push(c),
+                }
+            } else {
+                out.append(&mut pending);
+                out.push(c);
+            }
+            continue;
+        }
+        if c.start - region > FOLD_MAX_BYTES {
+            // Too long to fold whole: keep its chunks, and fold only the last one into `c`
+            // when they fit together.
+            let last = pending.pop().expect("a region before c");
+            out.append(&mut pending);
+            match token::count_within(&src[last.start..c.end], budget) {
+                Some(t) => {
+                    c.start = last.start;
+                    c.tokens = t;
+                }
+                None => out.push(last),
+            }
+        } else if region < c.start {
+            c.start = region;
+            c.tokens = 0;
+        }
+        pending.clear();
+        out.push(c);
+    }
+    out
 }
 
 /// Splits an over-budget chunk at sentence/word boundaries, counting exactly.
@@ -273,7 +368,7 @@ fn repack(src: &str, c: Chunk, budget: usize) -> Vec<Chunk> {
     let mut start = c.start;
     let mut end = c.start;
     for (_, e, _) in split_large(src, c.start, c.end, budget) {
-        if end > start && token::count(&src[start..e]) > budget {
+        if end > start && token::count_within(&src[start..e], budget).is_none() {
             out.push(Chunk {
                 start,
                 end,

@@ -1,6 +1,7 @@
 //! Real token counts (cl100k BPE) for every budget in strata: chunk sizes, level targets,
 //! context windows. Never a characters-divided-by-four guess.
 
+use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
 
 /// The tokenizer's name, reported in stats and part of the compressor identity.
@@ -18,26 +19,181 @@ pub fn count(text: &str) -> usize {
     bpe().encode_ordinary(text).len()
 }
 
-/// The longest prefix of `text` (cut at a char boundary) that fits in `max` tokens. Used only
-/// for pathological inputs, e.g. a single "word" longer than a whole chunk budget.
-pub fn truncate_to(text: &str, max: usize) -> &str {
-    if count(text) <= max {
-        return text;
+/// The longest token of the vocabulary, in bytes. Tokens concatenate to the text, so a
+/// text of `n` bytes has at least `n / max_token_bytes()` tokens (rounded up).
+pub fn max_token_bytes() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        // cl100k's ranks are below 2^17 (ordinary and special tokens alike); absent ranks
+        // fail to decode and are skipped.
+        (0..1u32 << 17)
+            .filter_map(|rank| bpe().decode_bytes(&[rank]).ok())
+            .map(|bytes| bytes.len())
+            .max()
+            .unwrap_or(1)
+    })
+}
+
+/// `Some(count(text))` when that is at most `max`, else `None`. A text too long to fit
+/// (more than `max * max_token_bytes()` bytes) is not tokenized at all, so asking whether a
+/// 10 MB text fits a chunk costs nothing.
+pub fn count_within(text: &str, max: usize) -> Option<usize> {
+    if text.len() > max.saturating_mul(max_token_bytes()) {
+        return None;
     }
-    // Binary search over char boundaries.
-    let bounds: Vec<usize> = text
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain(std::iter::once(text.len()))
-        .collect();
-    let (mut lo, mut hi) = (0usize, bounds.len() - 1);
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        if count(&text[..bounds[mid]]) <= max {
-            lo = mid;
+    let n = count(text);
+    (n <= max).then_some(n)
+}
+
+/// A prefix of `text` that fits in `max` tokens, cut at a char boundary: its length in
+/// bytes and its exact token count. It is the longest such prefix or close to it (it ends
+/// where the `max`-th token of a slightly longer window ends), and never empty: when the
+/// first character alone takes more than `max` tokens, it is that character.
+///
+/// Used to cut a "word" longer than a whole chunk (a base64 blob, text without spaces).
+/// The cost is linear in the prefix returned, not in `text`: windows of the text are
+/// tokenized, doubling from about `4 * max` bytes until one holds more than `max` tokens,
+/// so cutting a long text into pieces with repeated calls is linear overall. `guess`, the
+/// length of the previous piece of the same text (0 if none), makes the first window fit
+/// the text's density: about twice the piece is tokenized instead of three or four times.
+pub fn fitting_prefix(text: &str, max: usize, guess: usize) -> (usize, usize) {
+    let Some(first) = text.chars().next() else {
+        return (0, 0);
+    };
+    let first = first.len_utf8();
+    let max = max.max(1);
+    let start = match guess {
+        0 => max.saturating_mul(4),
+        g => g.saturating_add(g / 16).saturating_add(16),
+    };
+    let mut window = floor_boundary(text, start).max(first);
+    let toks = loop {
+        let toks = bpe().encode_ordinary(&text[..window]);
+        if toks.len() > max {
+            break toks;
+        }
+        if window == text.len() {
+            return (window, toks.len());
+        }
+        let next = floor_boundary(text, window.saturating_mul(2));
+        window = if next > window {
+            next
         } else {
-            hi = mid - 1;
+            ceil_boundary(text, window + 1)
+        };
+    };
+    // Cut where the `max`-th token of the window ends. BPE does not merge across the end
+    // of a token it produced, so the prefix usually encodes to the same `max` tokens; when
+    // it does not (a cut inside a character or between pre-tokenizer pieces), cut again
+    // at its own `max`-th token. Every round shortens the prefix, so this ends.
+    let mut end = bytes_of(&toks[..max]);
+    loop {
+        end = floor_boundary(text, end);
+        if end == 0 {
+            return (first, count(&text[..first]));
+        }
+        let toks = bpe().encode_ordinary(&text[..end]);
+        if toks.len() <= max {
+            return (end, toks.len());
+        }
+        end = bytes_of(&toks[..max]);
+    }
+}
+
+/// Bytes the tokens decode to.
+fn bytes_of(tokens: &[tiktoken_rs::Rank]) -> usize {
+    bpe().decode_bytes(tokens).map_or(0, |bytes| bytes.len())
+}
+
+/// The largest char boundary of `s` at or before `i` (`s.len()` when `i` is past the end).
+fn floor_boundary(s: &str, i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    let mut i = i;
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The smallest char boundary of `s` at or after `i`.
+fn ceil_boundary(s: &str, i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    let mut i = i;
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_token_bytes_bounds_every_token() {
+        let m = max_token_bytes();
+        assert!(m >= 16, "{m}");
+        // A text of n bytes never has fewer than n / m tokens.
+        for t in [" ".repeat(5000), "-".repeat(5000), "a".repeat(5000)] {
+            assert!(count(&t) * m >= t.len(), "{} tokens", count(&t));
         }
     }
-    &text[..bounds[lo.max(1)]]
+
+    #[test]
+    fn count_within_is_exact_or_none() {
+        let t = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let n = count(&t);
+        assert_eq!(count_within(&t, n), Some(n));
+        assert_eq!(count_within(&t, n + 5), Some(n));
+        assert_eq!(count_within(&t, n - 1), None);
+        assert_eq!(count_within("", 0), Some(0));
+        assert_eq!(count_within(&"x".repeat(10_000_000), 10), None);
+    }
+
+    #[test]
+    fn fitting_prefix_fits_and_uses_the_budget() {
+        let samples = [
+            "abcdefghij".repeat(3000),
+            "a".repeat(20_000),
+            " ".repeat(20_000),
+            "日本語のテキストを分割する".repeat(500),
+            "QmFzZTY0IGJsb2Igd2l0aCBzb21lIHRleHQ=+/09".repeat(500),
+            "é".repeat(7000),
+            "1234567890".repeat(2000),
+        ];
+        for text in &samples {
+            for (max, guess) in [
+                (1, 0),
+                (2, 0),
+                (7, 0),
+                (50, 0),
+                (400, 0),
+                (50, 1),
+                (50, 150),
+                (50, 1 << 40),
+            ] {
+                let (len, n) = fitting_prefix(text, max, guess);
+                let first = text.chars().next().unwrap().len_utf8();
+                assert!(text.is_char_boundary(len) && len >= first);
+                assert_eq!(n, count(&text[..len]));
+                assert!(n <= max || len == first, "{n} > {max}");
+                // It uses (nearly) the whole budget, or takes the whole text.
+                assert!(
+                    len == text.len() || n + max / 8 + 1 >= max,
+                    "{n} tokens for {max}"
+                );
+            }
+        }
+        // A character that alone exceeds the budget is returned alone.
+        let (len, n) = fitting_prefix("😀😀", 1, 0);
+        assert_eq!(&"😀😀"[..len], "😀");
+        assert_eq!(n, count("😀"));
+        assert_eq!(fitting_prefix("", 5, 0), (0, 0));
+        // Short texts fit whole.
+        assert_eq!(fitting_prefix("hello", 5, 0), (5, 1));
+    }
 }

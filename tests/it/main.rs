@@ -1,6 +1,7 @@
 //! One integration-test binary (one link step): modules by subject.
 
 mod bad_input;
+mod chunk_boundaries;
 mod cli;
 mod crash;
 #[cfg(target_os = "linux")]

@@ -22,26 +22,121 @@ fn doc_text() -> impl Strategy<Value = String> {
     prop::collection::vec(piece, 0..60).prop_map(|v| v.concat())
 }
 
+/// Invariant 2: chunk spans tile their source exactly, at char boundaries, within budget.
+fn check_chunks(text: &str, structure: Structure, budget: usize) -> Result<(), TestCaseError> {
+    let chunks = chunk(text, structure, budget);
+    let mut pos = 0;
+    for c in &chunks {
+        prop_assert_eq!(c.start, pos);
+        prop_assert!(c.end > c.start);
+        prop_assert!(text.is_char_boundary(c.start) && text.is_char_boundary(c.end));
+        prop_assert_eq!(c.tokens, strata::token::count(&text[c.start..c.end]));
+        // Over budget only when a single character is.
+        prop_assert!(c.tokens <= budget || text[c.start..c.end].chars().count() == 1);
+        pos = c.end;
+    }
+    prop_assert_eq!(pos, text.len());
+    if !text.is_empty() {
+        prop_assert!(!chunks.is_empty());
+    }
+    Ok(())
+}
+
+/// Text a tokenizer and a sentence splitter find hard: long runs without whitespace or
+/// sentence ends (one character repeated, random letters, base64, CJK, combining marks,
+/// emoji), long runs of whitespace, mixed with a little ordinary prose.
+fn flat_text() -> impl Strategy<Value = String> {
+    let run = (
+        prop::sample::select(vec![
+            'a', 'Z', '7', '-', ' ', '\n', '.', ')', '日', 'é', '😀', '\u{301}',
+        ]),
+        1usize..3000,
+    )
+        .prop_map(|(c, n)| c.to_string().repeat(n));
+    let piece = prop_oneof![
+        run,
+        "[a-z]{100,3000}",
+        "[A-Za-z0-9+/]{100,3000}",
+        "[日本語中文字的一是不了人我在有他这のテキスト]{50,1200}",
+        "[a-z]{1,8}( [a-z]{1,8}){20,400}",
+        "[a-zA-Z0-9 ,]{0,40}\\. ",
+        Just("\n\n".to_string()),
+        "# [A-Za-z ]{0,12}\n",
+    ];
+    prop::collection::vec(piece, 1..6).prop_map(|v| v.concat())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// Invariant 2: chunk spans tile their source exactly, at char boundaries, within budget.
     #[test]
     fn chunks_tile_the_source(text in doc_text(), budget in 16usize..200, turn in any::<bool>()) {
         let structure = if turn { Structure::Turn } else { Structure::Document };
-        let chunks = chunk(&text, structure, budget);
-        let mut pos = 0;
-        for c in &chunks {
-            prop_assert_eq!(c.start, pos);
-            prop_assert!(c.end > c.start);
-            prop_assert!(text.is_char_boundary(c.start) && text.is_char_boundary(c.end));
-            prop_assert_eq!(c.tokens, strata::token::count(&text[c.start..c.end]));
-            // Over budget only when a single character is.
-            prop_assert!(c.tokens <= budget || text[c.start..c.end].chars().count() == 1);
-            pos = c.end;
+        check_chunks(&text, structure, budget)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The same invariant on text without whitespace or sentence ends (issue 9: it used to
+    /// take super-linear time, and is cut by a different path).
+    #[test]
+    fn chunks_of_flat_text_tile_and_fit(text in flat_text(), budget in 16usize..600, turn in any::<bool>()) {
+        let structure = if turn { Structure::Turn } else { Structure::Document };
+        check_chunks(&text, structure, budget)?;
+    }
+}
+
+/// Larger inputs of each hard kind: the chunks tile and fit, and a long run without
+/// whitespace is not cut into needlessly small pieces. (Text whose words are packed one by
+/// one — CJK, a sentence longer than the budget — fills chunks less: per-word counts add
+/// up to more than the joined text has. That is the packing ordinary text gets too.)
+#[test]
+fn long_runs_are_cut_into_nearly_full_chunks() {
+    let letters: String = (0..100_000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    let cjk: String = "日本語の文章には空白がない中文也没有空格".repeat(2_000);
+    let prose = "The harbour line opens in March. ".repeat(300);
+    let inputs = [
+        ("abc", "abcdefghij".repeat(10_000), true),
+        ("letters", letters.clone(), true),
+        ("one char", "a".repeat(100_000), true),
+        ("dashes", "-".repeat(100_000), true),
+        ("spaces", format!("{}x", " ".repeat(120_000)), true),
+        ("blank lines", format!("{}x", "\n".repeat(120_000)), true),
+        (
+            "blank lines inside",
+            format!("{prose}\n{}# Heading\n\n{prose}", "\n".repeat(60_000)),
+            true,
+        ),
+        ("giant word", format!("{prose}{letters}{prose}"), true),
+        ("cjk", cjk, false),
+        (
+            "no sentence ends",
+            "harbour line budget ".repeat(5_000),
+            false,
+        ),
+    ];
+    for (name, text, full) in &inputs {
+        for budget in [64, 400] {
+            check_chunks(text, Structure::Document, budget)
+                .unwrap_or_else(|e| panic!("{name}, budget {budget}: {e}"));
+            if !full {
+                continue;
+            }
+            let chunks = chunk(text, Structure::Document, budget);
+            let total: usize = chunks.iter().map(|c| c.tokens).sum();
+            // All but a few chunks (the ends of runs, the prose around a giant word) are
+            // at least 80 % full.
+            let thin = chunks.iter().filter(|c| c.tokens * 5 < budget * 4).count();
+            assert!(
+                thin <= 4,
+                "{name}, budget {budget}: {thin} of {} chunks under 80 % ({total} tokens)",
+                chunks.len()
+            );
         }
-        prop_assert_eq!(pos, text.len());
-        if !text.is_empty() { prop_assert!(!chunks.is_empty()); }
     }
 }
 
