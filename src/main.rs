@@ -523,8 +523,21 @@ async fn shutdown_signal() {
 fn repair(db: &std::path::Path, cfg: Config, json: bool) -> Result<()> {
     let r = strata::repair::repair(db, &cfg)
         .with_context(|| format!("cannot repair the store at {}", db.display()))?;
-    let engine = Engine::open(db, cfg)
-        .with_context(|| format!("cannot open the repaired store at {}", db.display()))?;
+    // sled releases a dropped store's file lock from a background thread; wait (bounded)
+    // for the repair's own handle to let go rather than report the store in use.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let engine = loop {
+        match Engine::open(db, cfg.clone()) {
+            Err(strata::Error::InUse(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => {
+                break r.with_context(|| {
+                    format!("cannot open the repaired store at {}", db.display())
+                })?;
+            }
+        }
+    };
     let indexed = engine.reindex()?;
     if json {
         return print_json(&serde_json::json!({ "repair": r, "indexed": indexed }));

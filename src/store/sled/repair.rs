@@ -252,6 +252,9 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
             listing(&report.dropped_sources, 10)
         ));
     }
+    // Leave nothing for sled's background threads to write after the handle is dropped:
+    // they hold the store's file lock until they are done.
+    store.flush()?;
     Ok(report)
 }
 
