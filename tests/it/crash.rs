@@ -598,6 +598,21 @@ fn check_docs_store(r: &Reference, db: &Path, run_no: u64, t: &mut Tally) {
     }
 }
 
+/// What the ingest and compress scenarios share: their seed and random stream, how many
+/// runs to kill (`runs_var`, default 3), and the uninterrupted reference run.
+fn killed_runs_setup(scenario: &str, runs_var: &str) -> (u64, ChaCha8Rng, u64, Reference) {
+    let (seed, mut rng) = rng_for(scenario);
+    let runs = env_count(runs_var, 3);
+    let docs = env_count("STRATA_CRASH_DOCS", 120) as usize;
+    let doc_bytes = env_count("STRATA_CRASH_DOC_BYTES", 6000) as usize;
+    eprintln!(
+        "crash {scenario}: seed {seed}, {runs} runs, binary {}",
+        bin().display()
+    );
+    let r = reference(corpus(docs, doc_bytes, &mut rng));
+    (seed, rng, runs, r)
+}
+
 fn random_delay(rng: &mut ChaCha8Rng, within: Duration) -> Duration {
     let ms = within.as_millis().max(1) as u64;
     Duration::from_micros(rng.random_range(0..ms * 1000))
@@ -607,15 +622,7 @@ fn random_delay(rng: &mut ChaCha8Rng, within: Duration) -> Duration {
 /// present exactly once and in order, the index complete, answers as if never interrupted.
 #[test]
 fn crash_ingest_killed_and_resumed() {
-    let (seed, mut rng) = rng_for("ingest");
-    let runs = env_count("STRATA_CRASH_INGEST_RUNS", 3);
-    let docs = env_count("STRATA_CRASH_DOCS", 120) as usize;
-    let doc_bytes = env_count("STRATA_CRASH_DOC_BYTES", 6000) as usize;
-    eprintln!(
-        "crash ingest: seed {seed}, {runs} runs, binary {}",
-        bin().display()
-    );
-    let r = reference(corpus(docs, doc_bytes, &mut rng));
+    let (seed, mut rng, runs, r) = killed_runs_setup("ingest", "STRATA_CRASH_INGEST_RUNS");
     let mut t = Tally::default();
     // Runs until `runs` of them were killed mid-way (a kill that comes after the process
     // finished makes a run, not a kill), at most twice as many runs.
@@ -673,15 +680,7 @@ fn crash_ingest_killed_and_resumed() {
 /// as an uninterrupted build, all of them indexed, the same answers.
 #[test]
 fn crash_compress_killed_and_resumed() {
-    let (seed, mut rng) = rng_for("compress");
-    let runs = env_count("STRATA_CRASH_COMPRESS_RUNS", 3);
-    let docs = env_count("STRATA_CRASH_DOCS", 120) as usize;
-    let doc_bytes = env_count("STRATA_CRASH_DOC_BYTES", 6000) as usize;
-    eprintln!(
-        "crash compress: seed {seed}, {runs} runs, binary {}",
-        bin().display()
-    );
-    let r = reference(corpus(docs, doc_bytes, &mut rng));
+    let (seed, mut rng, runs, r) = killed_runs_setup("compress", "STRATA_CRASH_COMPRESS_RUNS");
     let mut t = Tally::default();
     // Runs until `runs` of them were killed mid-way (a kill that comes after the process
     // finished makes a run, not a kill), at most twice as many runs.
