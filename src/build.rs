@@ -15,6 +15,7 @@ use crate::model::usage::{self, Meter, Usage};
 use crate::model::{CompressRequest, ModelError, Passage, SubModel, offline};
 use crate::node::{FallbackMark, Meta, Node, NodeId, Span, merge_spans};
 use crate::plan::Plan;
+use crate::progress::Progress;
 use crate::store::Store;
 use crate::text;
 use crate::token;
@@ -24,17 +25,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// Receives build progress (a progress bar on a TTY, nothing in tests).
-pub trait Progress: Send + Sync {
-    fn start(&self, _total: u64, _what: &str) {}
-    fn inc(&self, _n: u64) {}
-    fn finish(&self) {}
-}
-
-/// Progress that goes nowhere.
-pub struct NoProgress;
-impl Progress for NoProgress {}
 
 /// A node that could not be built, and why.
 #[derive(Clone, Debug, Serialize)]

@@ -472,11 +472,11 @@ impl Config {
         if self.query.max_iterations == 0 || self.query.min_keep == 0 {
             return bad("query.max_iterations and query.min_keep must be at least 1");
         }
-        crate::model::ModelSpec::parse(&self.model.sub)
+        ModelSpec::parse(&self.model.sub)
             .map_err(|e| Error::Config(format!("model.sub: {e}")))?;
-        crate::model::ModelSpec::parse(&self.model.root)
+        ModelSpec::parse(&self.model.root)
             .map_err(|e| Error::Config(format!("model.root: {e}")))?;
-        crate::model::embed::EmbedSpec::parse(&self.embed.model)
+        EmbedSpec::parse(&self.embed.model)
             .map_err(|e| Error::Config(format!("embed.model: {e}")))?;
         if self.embed.batch == 0 || self.embed.batch > 2048 {
             return bad("embed.batch must be in 1..=2048");
@@ -607,6 +607,64 @@ fn parse_like(example: &toml::Value, raw: &str) -> Option<toml::Value> {
         }),
         _ => Value::String(raw.to_string()),
     })
+}
+
+/// A model named in the configuration: `offline`, or `openai:NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSpec {
+    Offline,
+    OpenAi(String),
+}
+
+impl ModelSpec {
+    /// Parses a spec; empty means offline.
+    pub fn parse(s: &str) -> Result<ModelSpec, String> {
+        let s = s.trim();
+        if s.is_empty() || s == "offline" {
+            return Ok(ModelSpec::Offline);
+        }
+        match s.split_once(':') {
+            Some(("openai", name)) if !name.trim().is_empty() => {
+                Ok(ModelSpec::OpenAi(name.trim().to_string()))
+            }
+            _ => Err(format!(
+                "unknown model `{s}`: expected `offline` or `openai:MODEL` (any OpenAI-compatible server)"
+            )),
+        }
+    }
+}
+
+/// The embedding model named in the configuration (`embed.model`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmbedSpec {
+    /// No dense retrieval (the default).
+    Off,
+    /// `openai:MODEL`: any server with an OpenAI-compatible `/v1/embeddings`.
+    OpenAi(String),
+    /// `local:DIR`: a BERT sentence encoder (all-MiniLM-L6-v2) from `config.json`,
+    /// `model.safetensors` and `tokenizer.json` in DIR, run in-process (feature
+    /// `local-embed`; `scripts/fetch-minilm.sh` fetches the files).
+    Local(String),
+}
+
+impl EmbedSpec {
+    pub fn parse(s: &str) -> Result<EmbedSpec, String> {
+        let s = s.trim();
+        if s.is_empty() || s == "off" || s == "none" {
+            return Ok(EmbedSpec::Off);
+        }
+        match s.split_once(':') {
+            Some(("openai", name)) if !name.trim().is_empty() => {
+                Ok(EmbedSpec::OpenAi(name.trim().to_string()))
+            }
+            Some(("local", dir)) if !dir.trim().is_empty() => {
+                Ok(EmbedSpec::Local(dir.trim().to_string()))
+            }
+            _ => Err(format!(
+                "unknown embedding model `{s}`: expected `off`, `openai:MODEL` (an OpenAI-compatible /v1/embeddings) or `local:DIR` (feature local-embed)"
+            )),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -326,26 +326,16 @@ impl Trees {
                 .copied()
                 .collect();
         }
-        let mut out = Vec::new();
-        for p in &self.plans {
-            if wanted(Level::Abstract) {
-                out.push(p.abstract_id);
-            }
-            if wanted(Level::Summary) {
-                out.extend(p.groups.iter().map(|g| g.summary));
-            }
-            if wanted(Level::Detailed) {
-                out.extend(p.chunks.iter().map(|c| c.detailed));
-            }
-            if wanted(Level::Full) {
-                out.extend(p.chunks.iter().map(|c| c.full));
-            }
-            if wanted(Level::Metadata) {
-                let mut m: Vec<NodeId> = p.metadata.values().copied().collect();
-                m.sort();
-                out.extend(m);
-            }
-        }
-        out
+        let order = [
+            Level::Abstract,
+            Level::Summary,
+            Level::Detailed,
+            Level::Full,
+            Level::Metadata,
+        ];
+        self.plans
+            .iter()
+            .flat_map(|p| order.into_iter().filter(|&l| wanted(l)).flat_map(|l| p.ids_at(l)))
+            .collect()
     }
 }

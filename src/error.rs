@@ -40,7 +40,7 @@ pub enum Error {
     Index(String),
     /// A sub-model call failed after its retries.
     #[error("model: {0}")]
-    Model(#[from] crate::model::ModelError),
+    Model(#[from] ModelError),
     /// A node the request needs does not exist because its build failed (or has not run):
     /// the request was fine, the engine cannot serve it yet.
     #[error("{0}")]
@@ -57,3 +57,21 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a sub-model call failed. The build retries, then falls back to the offline
+/// compressor, and reports the failure as data.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    #[error("model server unavailable: {0}")]
+    Unavailable(String),
+    #[error("rate limited")]
+    RateLimited,
+    #[error("timed out")]
+    Timeout,
+    #[error("unusable output: {0}")]
+    BadOutput(String),
+    #[error("the reply was cut off at its token limit (over budget)")]
+    Truncated,
+    #[error("{0}")]
+    Failed(String),
+}

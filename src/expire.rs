@@ -15,7 +15,7 @@ pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// The wall clock.
 pub fn system_clock() -> Clock {
-    Arc::new(crate::engine::unix_now)
+    Arc::new(crate::clock::unix_now)
 }
 
 /// A clock that starts at `base` and advances with tokio's (pausable) time.

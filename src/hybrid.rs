@@ -10,7 +10,7 @@
 //! question's vector ([`Dense`]) and fuses that ranking with BM25's by reciprocal-rank
 //! fusion ([`rrf`]).
 
-use crate::build::Progress;
+use crate::progress::Progress;
 use crate::error::Result;
 use crate::level::Level;
 use crate::model::limit::PRIORITY_NAVIGATION;
@@ -71,7 +71,7 @@ pub async fn embed_plan(
     };
     let mut seen = HashSet::new();
     let mut todo: Vec<(NodeId, String)> = Vec::new();
-    for id in level_ids(plan, levels) {
+    for id in levels.iter().flat_map(|&l| plan.ids_at(l)) {
         if !seen.insert(id) {
             continue;
         }
@@ -153,25 +153,6 @@ pub async fn embed_plan(
     }
     report.elapsed_ms = t0.elapsed().as_millis() as u64;
     Ok(report)
-}
-
-/// The ids of `plan`'s nodes at `levels`.
-fn level_ids(plan: &Plan, levels: &[Level]) -> Vec<NodeId> {
-    let mut out = Vec::new();
-    for l in levels {
-        match l {
-            Level::Abstract => out.push(plan.abstract_id),
-            Level::Summary => out.extend(plan.groups.iter().map(|g| g.summary)),
-            Level::Detailed => out.extend(plan.chunks.iter().map(|c| c.detailed)),
-            Level::Full => out.extend(plan.chunks.iter().map(|c| c.full)),
-            Level::Metadata => {
-                let mut m: Vec<NodeId> = plan.metadata.values().copied().collect();
-                m.sort();
-                out.extend(m);
-            }
-        }
-    }
-    out
 }
 
 /// Reciprocal-rank fusion: each item scores Σ 1 / (k + rank) over the lists it is in

@@ -1,8 +1,9 @@
 //! The background job queue: compression and warming jobs, persisted in the store so they
 //! survive a restart, coalesced per scope, run by a fixed number of workers.
 
-use crate::build::{BuildReport, NoProgress};
-use crate::engine::{Engine, unix_now};
+use crate::build::BuildReport;
+use crate::progress::NoProgress;
+use crate::{clock::unix_now, engine::Engine};
 use crate::error::Result;
 use crate::store::Store;
 use serde::{Deserialize, Serialize};

@@ -26,6 +26,7 @@
 
 pub mod build;
 pub mod chunk;
+pub mod clock;
 pub mod config;
 pub mod context;
 pub(crate) mod corpus;
@@ -45,6 +46,7 @@ pub mod model;
 pub mod navigate;
 pub mod node;
 pub mod plan;
+pub mod progress;
 pub mod server;
 pub mod source;
 pub mod store;
@@ -52,7 +54,8 @@ pub use store::sled::repair;
 pub mod text;
 pub mod token;
 
-pub use build::{BuildReport, NoProgress, Progress};
+pub use build::BuildReport;
+pub use progress::{NoProgress, Progress};
 pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
 pub use engine::{Engine, GcReport, GrepHit, IngestReport, Stats, View, unix_now};

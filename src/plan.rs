@@ -182,6 +182,21 @@ impl Plan {
         self.chunks.len() + self.groups.len() + 1 + self.metadata.len()
     }
 
+    /// The ids of the tree's nodes at `level`, in reading order (METADATA sorted by id).
+    pub fn ids_at(&self, level: Level) -> Vec<NodeId> {
+        match level {
+            Level::Full => self.chunks.iter().map(|c| c.full).collect(),
+            Level::Detailed => self.chunks.iter().map(|c| c.detailed).collect(),
+            Level::Summary => self.groups.iter().map(|g| g.summary).collect(),
+            Level::Abstract => vec![self.abstract_id],
+            Level::Metadata => {
+                let mut v: Vec<NodeId> = self.metadata.values().copied().collect();
+                v.sort();
+                v
+            }
+        }
+    }
+
     /// Every node id of the tree, FULL included.
     pub fn all_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.chunks

@@ -467,7 +467,7 @@ async fn run_query(
             &question,
             &cfg,
             now,
-            &crate::build::NoProgress,
+            &crate::progress::NoProgress,
         ))?)
     })
     .await?;

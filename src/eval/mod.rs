@@ -513,13 +513,13 @@ async fn run_instance(
     } else {
         cfg.model.root.clone()
     };
-    let now = crate::engine::unix_now();
+    let now = crate::clock::unix_now();
     let t = Instant::now();
     engine.ingest(&inst.name, &inst.files, now)?;
     let ingest_ms = ms(t);
     let t = Instant::now();
     let b = engine
-        .compress(&inst.name, now, &crate::build::NoProgress)
+        .compress(&inst.name, now, &crate::progress::NoProgress)
         .await?;
     let build_ms = ms(t);
     if !b.failures.is_empty() {
@@ -547,7 +547,7 @@ async fn run_instance(
                 std::slice::from_ref(&inst.name),
                 &q.question,
                 now,
-                &crate::build::NoProgress,
+                &crate::progress::NoProgress,
             )
             .await?;
         outcomes.push(score(&inst.name, q, &r, ms(t)));
@@ -754,10 +754,10 @@ async fn fidelity(
     }
     let name = "fidelity";
     let (engine, dir) = open_fresh(opts, name, cfg)?;
-    let now = crate::engine::unix_now();
+    let now = crate::clock::unix_now();
     engine.ingest(name, &files, now)?;
     engine
-        .compress(name, now, &crate::build::NoProgress)
+        .compress(name, now, &crate::progress::NoProgress)
         .await?;
     let plan = engine.plan(name)?;
     let mut texts: BTreeMap<String, String> = BTreeMap::new();

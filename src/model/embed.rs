@@ -5,6 +5,7 @@
 //! Vectors are L2-normalised on the way out, so cosine similarity is a dot product.
 
 use super::{BoxFuture, ModelError};
+pub use crate::config::EmbedSpec;
 
 /// A model that turns texts into vectors. Implementations must be cheap to share (`Arc`).
 pub trait Embedder: Send + Sync {
@@ -23,39 +24,6 @@ pub trait Embedder: Send + Sync {
         texts: Vec<String>,
         priority: u8,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, ModelError>>;
-}
-
-/// The embedding model named in the configuration (`embed.model`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EmbedSpec {
-    /// No dense retrieval (the default).
-    Off,
-    /// `openai:MODEL`: any server with an OpenAI-compatible `/v1/embeddings`.
-    OpenAi(String),
-    /// `local:DIR`: a BERT sentence encoder (all-MiniLM-L6-v2) from `config.json`,
-    /// `model.safetensors` and `tokenizer.json` in DIR, run in-process (feature
-    /// `local-embed`; `scripts/fetch-minilm.sh` fetches the files).
-    Local(String),
-}
-
-impl EmbedSpec {
-    pub fn parse(s: &str) -> Result<EmbedSpec, String> {
-        let s = s.trim();
-        if s.is_empty() || s == "off" || s == "none" {
-            return Ok(EmbedSpec::Off);
-        }
-        match s.split_once(':') {
-            Some(("openai", name)) if !name.trim().is_empty() => {
-                Ok(EmbedSpec::OpenAi(name.trim().to_string()))
-            }
-            Some(("local", dir)) if !dir.trim().is_empty() => {
-                Ok(EmbedSpec::Local(dir.trim().to_string()))
-            }
-            _ => Err(format!(
-                "unknown embedding model `{s}`: expected `off`, `openai:MODEL` (an OpenAI-compatible /v1/embeddings) or `local:DIR` (feature local-embed)"
-            )),
-        }
-    }
 }
 
 /// `v` scaled to length 1; `None` for an empty, zero or non-finite vector.

@@ -17,7 +17,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use embed::{EmbedSpec, Embedder};
+pub use crate::config::{EmbedSpec, ModelSpec};
+pub use crate::error::ModelError;
+pub use embed::Embedder;
 pub use limit::{LimitConfig, Limiter};
 pub use offline::Offline;
 pub use openai::{OpenAi, OpenAiEmbedder};
@@ -39,24 +41,6 @@ pub struct CompressRequest {
     pub level: Level,
     pub passages: Vec<Passage>,
     pub target_tokens: usize,
-}
-
-/// Why a sub-model call failed. The build retries, then falls back to the offline
-/// compressor, and reports the failure as data.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ModelError {
-    #[error("model server unavailable: {0}")]
-    Unavailable(String),
-    #[error("rate limited")]
-    RateLimited,
-    #[error("timed out")]
-    Timeout,
-    #[error("unusable output: {0}")]
-    BadOutput(String),
-    #[error("the reply was cut off at its token limit (over budget)")]
-    Truncated,
-    #[error("{0}")]
-    Failed(String),
 }
 
 /// A model that can compress text. Implementations must be cheap to share (`Arc`).
@@ -107,31 +91,6 @@ pub struct ChatReply {
 pub trait ChatModel: Send + Sync {
     fn identity(&self) -> String;
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatReply, ModelError>>;
-}
-
-/// A model named in the configuration: `offline`, or `openai:NAME`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ModelSpec {
-    Offline,
-    OpenAi(String),
-}
-
-impl ModelSpec {
-    /// Parses a spec; empty means offline.
-    pub fn parse(s: &str) -> Result<ModelSpec, String> {
-        let s = s.trim();
-        if s.is_empty() || s == "offline" {
-            return Ok(ModelSpec::Offline);
-        }
-        match s.split_once(':') {
-            Some(("openai", name)) if !name.trim().is_empty() => {
-                Ok(ModelSpec::OpenAi(name.trim().to_string()))
-            }
-            _ => Err(format!(
-                "unknown model `{s}`: expected `offline` or `openai:MODEL` (any OpenAI-compatible server)"
-            )),
-        }
-    }
 }
 
 /// The models an engine works with, built from [`Config::model`].

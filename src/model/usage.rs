@@ -11,6 +11,7 @@ use crate::config::Prices;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,6 +59,8 @@ impl Usage {
         let mut by_model = meter.snapshot();
         let mut u = Usage {
             wall_ms: wall.as_millis() as u64,
+            invalid_outputs: meter.invalid_outputs.load(Ordering::Relaxed),
+            fallbacks: meter.fallbacks.load(Ordering::Relaxed),
             ..Usage::default()
         };
         for (name, m) in &mut by_model {
@@ -96,17 +99,31 @@ impl Usage {
     }
 }
 
-/// Collects [`ModelUsage`] per model name.
+/// Collects [`ModelUsage`] per model name, and what the caller made of the outputs.
 #[derive(Debug, Default)]
-pub struct Meter(Mutex<BTreeMap<String, ModelUsage>>);
+pub struct Meter {
+    models: Mutex<BTreeMap<String, ModelUsage>>,
+    invalid_outputs: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+/// What became of a model's output, as the code that used it judged (see
+/// [`Usage::invalid_outputs`], [`Usage::fallbacks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Rejected by validation.
+    Invalid,
+    /// Replaced by the deterministic offline path.
+    Fallback,
+}
 
 impl Meter {
     pub fn snapshot(&self) -> BTreeMap<String, ModelUsage> {
-        self.0.lock().expect("poisoned").clone()
+        self.models.lock().expect("poisoned").clone()
     }
 
     fn apply(&self, model: &str, f: &dyn Fn(&mut ModelUsage)) {
-        let mut m = self.0.lock().expect("poisoned");
+        let mut m = self.models.lock().expect("poisoned");
         match m.get_mut(model) {
             Some(u) => f(u),
             None => f(m.entry(model.to_string()).or_default()),
@@ -131,6 +148,19 @@ pub(crate) fn record(model: &str, f: impl Fn(&mut ModelUsage)) {
     let _ = METERS.try_with(|ms| {
         for m in ms {
             m.apply(model, &f);
+        }
+    });
+}
+
+/// Counts `outcome` in every meter of the current scope (none outside one).
+pub(crate) fn note(outcome: Outcome) {
+    let _ = METERS.try_with(|ms| {
+        for m in ms {
+            match outcome {
+                Outcome::Invalid => &m.invalid_outputs,
+                Outcome::Fallback => &m.fallbacks,
+            }
+            .fetch_add(1, Ordering::Relaxed);
         }
     });
 }

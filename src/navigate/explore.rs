@@ -54,6 +54,9 @@ pub(crate) struct Explorer<'a> {
     pub(super) trajectory: Vec<Step>,
     pub(super) history: Vec<String>,
     pub(super) no_narrowing: u32,
+    /// The iterations and tokens spent before the current policy took over (see
+    /// [`Explorer::restart`]): budgets apply to each policy's own spending.
+    pub(super) spent_before: (u32, u64),
     /// Dense retrieval, when the engine has an embedder: every search is hybrid.
     pub(super) dense: Option<Dense>,
 }
@@ -75,6 +78,7 @@ impl<'a> Explorer<'a> {
             trajectory: Vec::new(),
             history: Vec::new(),
             no_narrowing: 0,
+            spent_before: (0, 0),
             dense: corpus.dense(),
         }
     }
@@ -130,7 +134,17 @@ impl<'a> Explorer<'a> {
     }
 
     pub(crate) fn budget_left(&self) -> u64 {
-        self.cfg.max_tokens.saturating_sub(self.tokens)
+        self.cfg.max_tokens.saturating_sub(self.own_tokens())
+    }
+
+    /// Iterations the current policy has made.
+    fn own_iterations(&self) -> u32 {
+        self.iterations - self.spent_before.0
+    }
+
+    /// Tokens the current policy has read.
+    fn own_tokens(&self) -> u64 {
+        self.tokens - self.spent_before.1
     }
 
     /// Reads nodes of the working set (within the token budget).
@@ -140,7 +154,7 @@ impl<'a> Explorer<'a> {
         let mut tokens = 0;
         for id in ids {
             let n = self.corpus.node(&id, self.now)?;
-            if !out.is_empty() && self.tokens + n.tokens as u64 > self.cfg.max_tokens {
+            if !out.is_empty() && self.own_tokens() + n.tokens as u64 > self.cfg.max_tokens {
                 break;
             }
             self.tokens += n.tokens as u64;
@@ -278,7 +292,7 @@ impl<'a> Explorer<'a> {
         }
         self.history.push(format!(
             "iteration {}: {what}: working set {before} → {after}",
-            self.iterations
+            self.own_iterations()
         ));
         self.working = ranked;
     }
@@ -286,8 +300,8 @@ impl<'a> Explorer<'a> {
     /// True when the loop must stop: iteration budget spent, token budget spent, or two
     /// iterations in a row without narrowing.
     pub(crate) fn exhausted(&self) -> bool {
-        self.iterations >= self.cfg.max_iterations
-            || self.tokens >= self.cfg.max_tokens
+        self.own_iterations() >= self.cfg.max_iterations
+            || self.own_tokens() >= self.cfg.max_tokens
             || self.no_narrowing >= 2
     }
 
@@ -368,41 +382,20 @@ impl<'a> Explorer<'a> {
         })
     }
 
-    /// Hands the question to another policy after this one gave up: `policy` runs on a
-    /// fresh explorer over the same trees (the question's vector carries over), and what
-    /// this explorer did stays in the result — its trajectory, history and examined nodes
-    /// first, its iterations, tokens and sub-calls added.
-    pub(crate) fn hand_over(
-        mut self,
-        policy: impl FnOnce(Explorer<'a>) -> Result<QueryResult>,
-    ) -> Result<QueryResult> {
-        let mut fresh = Explorer::new(
-            self.corpus,
-            self.trees.plans.clone(),
-            self.cfg.clone(),
-            self.now,
-        );
-        fresh.dense = self.dense.take();
-        let mut r = policy(fresh)?;
-        let mut trajectory = std::mem::take(&mut self.trajectory);
-        trajectory.append(&mut r.trajectory);
-        r.trajectory = trajectory;
-        let mut history = std::mem::take(&mut self.history);
-        history.append(&mut r.refinement_history);
-        r.refinement_history = history;
-        let theirs: HashSet<String> = r.nodes_examined.iter().cloned().collect();
-        let mut examined: Vec<String> = self
-            .examined
+    /// Starts over for another policy after this one gave up: the working set is the
+    /// trees' ABSTRACTs again and the budgets are the new policy's own, while what was done
+    /// so far (trajectory, history, examined nodes, tokens, sub-calls, iterations) stays
+    /// and is reported with the new policy's result.
+    pub(crate) fn restart(mut self) -> Self {
+        self.working = self
+            .trees
+            .plans
             .iter()
-            .map(NodeId::to_hex)
-            .filter(|h| !theirs.contains(h))
+            .map(|p| (p.abstract_id, 0.0))
             .collect();
-        examined.append(&mut r.nodes_examined);
-        r.nodes_examined = examined;
-        r.iterations += self.iterations;
-        r.tokens_processed += self.tokens;
-        r.sub_calls_made += self.sub_calls;
-        Ok(r)
+        self.no_narrowing = 0;
+        self.spent_before = (self.iterations, self.tokens);
+        self
     }
 }
 

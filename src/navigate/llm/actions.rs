@@ -34,7 +34,7 @@ impl Nav<'_, '_> {
             );
         }
         if !unknown.is_empty() {
-            self.invalid += 1;
+            self.note_invalid();
             let _ = writeln!(obs, "(unknown ids ignored: {})", unknown.join(", "));
         }
         self.observation = obs;
@@ -143,7 +143,7 @@ impl Nav<'_, '_> {
             }
         );
         if !unknown.is_empty() {
-            self.invalid += 1;
+            self.note_invalid();
         }
         self.account(narrowed, &format!("descend into {} node(s)", chosen.len()));
         Ok(())
@@ -205,7 +205,7 @@ impl Nav<'_, '_> {
             }
         }
         if !unknown.is_empty() {
-            self.invalid += 1;
+            self.note_invalid();
             let _ = writeln!(obs, "(unknown ids ignored: {})", unknown.join(", "));
         }
         self.ex.step(
@@ -222,7 +222,7 @@ impl Nav<'_, '_> {
 
     /// An action that named nothing usable: costs a turn, tells the model why.
     pub(super) fn reject(&mut self, why: &str) -> Result<()> {
-        self.invalid += 1;
+        self.note_invalid();
         self.ex.step("invalid", why.to_string());
         self.observation = format!("{why}. Use ids from the working set listed below.");
         self.account(false, why);

@@ -16,6 +16,7 @@ use super::{Cited, Explorer, QueryResult};
 use crate::corpus::{Place, Question};
 use crate::error::Result;
 use crate::level::Level;
+use crate::model::usage::{self, Outcome};
 use crate::model::{ChatModel, ModelError, prompts};
 use crate::node::NodeId;
 use serde_json::Value;
@@ -59,7 +60,6 @@ struct Nav<'e, 'a> {
     /// Nodes whose whole text the model has been shown.
     read: HashSet<NodeId>,
     /// Model outputs rejected (malformed, unknown ids, unverifiable quotes).
-    invalid: u64,
     /// Replies in a row that could not be used (two end the loop).
     bad_replies: u32,
     /// Answers that were not ready and were sent back for refinement.
@@ -139,7 +139,6 @@ impl<'e, 'a> Nav<'e, 'a> {
             handles: HashMap::new(),
             by_handle: HashMap::new(),
             read: HashSet::new(),
-            invalid: 0,
             bad_replies: 0,
             refinements: 0,
             best: None,
@@ -154,13 +153,13 @@ impl<'e, 'a> Nav<'e, 'a> {
             Reply::Json(v) => match Intent::from_json(&v) {
                 Ok(i) => i,
                 Err(e) => {
-                    self.invalid += 1;
+                    self.note_invalid();
                     self.ex.step("invalid", format!("intent: {e}"));
                     Intent::heuristic(&self.ex, question)
                 }
             },
             Reply::Unusable(e) => {
-                self.invalid += 1;
+                self.note_invalid();
                 self.ex.step("invalid", format!("intent: {e}"));
                 Intent::heuristic(&self.ex, question)
             }
@@ -211,7 +210,7 @@ impl<'e, 'a> Nav<'e, 'a> {
                 Ok(Next::Act(t))
             }
             Err(e) => {
-                self.invalid += 1;
+                self.note_invalid();
                 self.bad_replies += 1;
                 self.ex.step("invalid", e.clone());
                 self.account(false, &format!("invalid reply: {e}"));
@@ -242,7 +241,7 @@ impl<'e, 'a> Nav<'e, 'a> {
                 ready,
             } => return self.answer(&quotes, confidence, ready, last),
             _ if last => {
-                self.invalid += 1;
+                self.note_invalid();
                 self.ex
                     .step("invalid", "the last turn must finish".to_string());
                 return Ok(Flow::Stop);
@@ -282,7 +281,7 @@ impl<'e, 'a> Nav<'e, 'a> {
             0.0
         };
         if !problems.is_empty() {
-            self.invalid += 1;
+            self.note_invalid();
             self.ex.step("invalid", problems.join("; "));
         }
         if cited.is_empty() {
@@ -428,32 +427,29 @@ impl<'e, 'a> Nav<'e, 'a> {
         self.ex.rank(&self.ranking, ids)
     }
 
+    /// Counts a model reply that validation rejected.
+    fn note_invalid(&self) {
+        usage::note(Outcome::Invalid);
+    }
+
     fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {
-        let invalid = self.invalid;
         self.ex.step(
             "finish-llm",
             format!("{} verified citation(s)", cited.len()),
         );
-        let mut r = self.ex.finish(cited, confidence)?;
-        r.usage.invalid_outputs = invalid;
-        Ok(r)
+        self.ex.finish(cited, confidence)
     }
 
     /// The offline policy answers instead; what the model did stays in the trajectory.
     fn fall_back(self, why: String) -> Result<QueryResult> {
         let Nav {
-            mut ex,
-            question,
-            invalid,
-            ..
+            mut ex, question, ..
         } = self;
         ex.step("fallback", format!("{why}; the offline policy answers"));
         ex.history
             .push(format!("{why}; answered by the offline policy"));
-        let mut r = ex.hand_over(|fresh| super::offline(fresh, question))?;
-        r.usage.invalid_outputs = invalid;
-        r.usage.fallbacks = 1;
-        Ok(r)
+        usage::note(Outcome::Fallback);
+        super::offline(ex.restart(), question)
     }
 }
 

@@ -132,7 +132,7 @@ fn move_aside(path: &Path, name: &str, aside: &mut Option<PathBuf>) -> std::io::
                 .parent()
                 .unwrap_or(Path::new("."))
                 .join("damaged")
-                .join(crate::engine::unix_now().to_string());
+                .join(crate::clock::unix_now().to_string());
             let mut d = root.clone();
             let mut n = 1;
             while d.exists() {
@@ -208,7 +208,7 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
         drop(db);
         let aside = dir
             .join("damaged")
-            .join(format!("{}-store", crate::engine::unix_now()));
+            .join(format!("{}-store", crate::clock::unix_now()));
         std::fs::create_dir_all(aside.parent().expect("has a parent")).map_err(|err| {
             Error::Io {
                 path: aside.clone(),

@@ -1,0 +1,416 @@
+//! Sources in: validation, chunking outside the write lock, one store transaction per
+//! input file, the reply only after the flush (docs/ARCHITECTURE.md, "Writes").
+
+use super::Engine;
+use crate::chunk::{self, Chunk, Structure};
+use crate::error::{Error, Result};
+use crate::level::Level;
+use crate::node::{Meta, Node, NodeId, Span, full_id};
+use crate::source::{self, InputFile, SourceInput};
+use crate::store::{
+    ChunkRef, ScopeKind, ScopeRecord, SourceEntry, SourcePut, SourceRecord, SourceStep,
+};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+/// What an ingest did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IngestReport {
+    pub scope: String,
+    pub kind: Option<ScopeKind>,
+    pub files: usize,
+    pub bytes: u64,
+    pub added: usize,
+    pub replaced: usize,
+    pub unchanged: usize,
+    pub removed: usize,
+    pub chunks_written: usize,
+}
+
+
+impl Engine {
+
+    /// Reads, validates and ingests files into `scope`. Every file is read and validated
+    /// before anything is written: one bad file changes nothing.
+    pub fn ingest_files(
+        &self,
+        scope: &str,
+        kind: Option<ScopeKind>,
+        paths: &[PathBuf],
+        now: u64,
+    ) -> Result<IngestReport> {
+        if paths.is_empty() {
+            return Err(Error::invalid("no files given"));
+        }
+        crate::id::scope(scope)?;
+        let existing = self.store.get_scope(scope)?;
+        let mut files = Vec::with_capacity(paths.len());
+        for p in paths {
+            let k = kind
+                .or(existing.as_ref().map(|s| s.kind))
+                .unwrap_or_else(|| source::guess_kind(p));
+            files.push(source::read_file(p, k)?);
+        }
+        let kinds: HashSet<_> = files.iter().map(|f| f.kind).collect();
+        if kinds.len() > 1 {
+            return Err(Error::invalid(
+                "a scope holds either documents or one debate: pass --kind, or ingest them into separate scopes",
+            ));
+        }
+        self.ingest(scope, &files, now)
+    }
+
+    /// Ingests already-validated inputs. For a debate file, turns of an earlier version of
+    /// the same file that are gone now are removed.
+    ///
+    /// The write protocol (docs/ARCHITECTURE.md, "Writes"): chunking and token counting run
+    /// before the write lock is taken; under the lock, each file is one store transaction
+    /// (its sources' records, texts and FULL nodes, the chunks they replace, the scope's
+    /// membership); the lock is released before the flush, and the report is returned only
+    /// after the flush, so what it reports is durable. The index catches up afterwards from
+    /// the durable pending set ([`Engine::sync_index`]).
+    pub fn ingest(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
+        crate::id::scope(scope)?;
+        for f in files {
+            for s in &f.sources {
+                check_source(s)?;
+            }
+        }
+        self.ensure_room(files.iter().map(|f| f.bytes).sum())?;
+        let prepared: Vec<Vec<Option<Vec<Chunk>>>> = files
+            .iter()
+            .map(|f| {
+                f.sources
+                    .iter()
+                    .map(|s| self.prepare(scope, f.kind, s))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<_>>()?;
+        let report = {
+            let _w = self.write.lock().expect("write lock poisoned");
+            self.ingest_locked(scope, files, prepared, now)?
+        };
+        self.store.flush()?;
+        self.sync_index_or_warn();
+        Ok(report)
+    }
+
+    /// Chunks a source before the write lock is taken (the CPU-heavy part of an ingest), or
+    /// `None` when the store already holds it unchanged (checked again under the lock).
+    fn prepare(&self, scope: &str, kind: ScopeKind, s: &SourceInput) -> Result<Option<Vec<Chunk>>> {
+        let budget = self.cfg.chunk.tokens;
+        if let Some(old) = self.store.get_source(scope, &s.id)?
+            && unchanged(&old, s, budget)
+        {
+            return Ok(None);
+        }
+        Ok(Some(chunk::chunk(&s.text, structure_of(kind), budget)))
+    }
+
+    fn ingest_locked(
+        &self,
+        scope: &str,
+        files: &[InputFile],
+        prepared: Vec<Vec<Option<Vec<Chunk>>>>,
+        now: u64,
+    ) -> Result<IngestReport> {
+        let kind = files.first().map(|f| f.kind).unwrap_or(ScopeKind::Doc);
+        let mut rec = match self.store.get_scope(scope)? {
+            Some(r) if r.kind != kind => {
+                return Err(Error::invalid(format!(
+                    "scope `{scope}` holds {}s; this input is a {}",
+                    kind_name(r.kind),
+                    kind_name(kind)
+                )));
+            }
+            Some(r) => r,
+            None => ScopeRecord {
+                name: scope.to_string(),
+                kind,
+                sources: Vec::new(),
+                next_seq: 0,
+                created_at: now,
+                updated_at: now,
+            },
+        };
+        let mut report = IngestReport {
+            scope: scope.to_string(),
+            kind: Some(kind),
+            files: files.len(),
+            ..Default::default()
+        };
+        for (f, chunks) in files.iter().zip(prepared) {
+            report.bytes += f.bytes;
+            let mut step = SourceStep {
+                scope: rec.clone(),
+                put: Vec::new(),
+                remove_sources: Vec::new(),
+                remove_nodes: Vec::new(),
+            };
+            // A re-ingested debate file may have lost turns; single turns appended
+            // without a file (`path` empty) never remove anything.
+            if kind == ScopeKind::Debate && !f.path.as_os_str().is_empty() {
+                let prefix = format!("{}#", f.path.display());
+                let keep: HashSet<&str> = f.sources.iter().map(|s| s.id.as_str()).collect();
+                let gone: Vec<String> = rec
+                    .sources
+                    .iter()
+                    .filter(|e| e.id.starts_with(&prefix) && !keep.contains(e.id.as_str()))
+                    .map(|e| e.id.clone())
+                    .collect();
+                for id in gone {
+                    if let Some(old) = self.store.get_source(scope, &id)? {
+                        step.remove_nodes.extend(old.chunks.iter().map(|c| c.id));
+                    }
+                    rec.sources.retain(|e| e.id != id);
+                    step.remove_sources.push(id);
+                    report.removed += 1;
+                }
+            }
+            for (s, chunks) in f.sources.iter().zip(chunks) {
+                match self.stage_source(&mut rec, &mut step, s, chunks, now)? {
+                    Outcome::Added => report.added += 1,
+                    Outcome::Replaced => report.replaced += 1,
+                    Outcome::Unchanged => report.unchanged += 1,
+                }
+            }
+            if step.put.is_empty() && step.remove_sources.is_empty() {
+                continue;
+            }
+            report.chunks_written += step.put.iter().map(|p| p.nodes.len()).sum::<usize>();
+            rec.updated_at = now;
+            sort_sources(&mut rec);
+            step.scope = rec.clone();
+            self.store.write_sources(&step)?;
+        }
+        Ok(report)
+    }
+
+    /// Appends (or replaces) one debate turn under `source_id`.
+    pub fn append_turn(
+        &self,
+        scope: &str,
+        source_id: String,
+        turn: source::Turn,
+        now: u64,
+    ) -> Result<IngestReport> {
+        let input = source::turn_input(source_id, turn)?;
+        let file = InputFile::single(ScopeKind::Debate, "", input);
+        self.ingest(scope, &[file], now)
+    }
+
+    /// Adds one source to `step` (and to the scope record `rec`), or finds it unchanged.
+    /// `chunks` were cut before the lock; `None` means the source looked unchanged then.
+    fn stage_source(
+        &self,
+        rec: &mut ScopeRecord,
+        step: &mut SourceStep,
+        s: &SourceInput,
+        chunks: Option<Vec<Chunk>>,
+        now: u64,
+    ) -> Result<Outcome> {
+        let budget = self.cfg.chunk.tokens;
+        let old = self.store.get_source(&rec.name, &s.id)?;
+        let listed = rec.sources.iter().find(|e| e.id == s.id).map(|e| e.seq);
+        if let Some(o) = &old
+            && listed.is_some()
+            && unchanged(o, s, budget)
+        {
+            return Ok(Outcome::Unchanged);
+        }
+        // Changed since it was prepared (or never prepared): chunk it now.
+        let chunks = match chunks {
+            Some(c) => c,
+            None => chunk::chunk(&s.text, structure_of(rec.kind), budget),
+        };
+        let hash = *blake3::hash(s.text.as_bytes()).as_bytes();
+        let nodes = full_nodes(&rec.name, s, &chunks, now);
+        // A source the scope lists keeps its place; anything else gets the next number
+        // (a record the scope does not list is a leftover, never a place).
+        let seq = match listed {
+            Some(seq) => seq,
+            None => {
+                rec.next_seq += 1;
+                rec.next_seq - 1
+            }
+        };
+        let record = SourceRecord {
+            id: s.id.clone(),
+            scope: rec.name.clone(),
+            seq,
+            round: s.round,
+            speaker: s.speaker.clone(),
+            hash,
+            bytes: s.text.len() as u64,
+            chunk_tokens: budget as u32,
+            chunks: chunks
+                .iter()
+                .zip(&nodes)
+                .map(|(c, n)| ChunkRef {
+                    id: n.id,
+                    start: c.start as u64,
+                    end: c.end as u64,
+                    tokens: c.tokens as u32,
+                    section: c.section,
+                    headings: c.headings.clone(),
+                })
+                .collect(),
+        };
+        if let Some(o) = &old {
+            let new_ids: HashSet<NodeId> = nodes.iter().map(|n| n.id).collect();
+            step.remove_nodes.extend(
+                o.chunks
+                    .iter()
+                    .map(|c| c.id)
+                    .filter(|id| !new_ids.contains(id)),
+            );
+        }
+        rec.sources.retain(|e| e.id != s.id);
+        rec.sources.push(SourceEntry {
+            id: s.id.clone(),
+            round: s.round,
+            seq,
+        });
+        step.put.push(SourcePut {
+            record,
+            text: s.text.clone(),
+            nodes,
+        });
+        Ok(if listed.is_some() {
+            Outcome::Replaced
+        } else {
+            Outcome::Added
+        })
+    }
+
+
+
+    /// Appends one debate turn under a fresh source id (`scope#turn-N`), creating the debate
+    /// if needed. Safe to call concurrently: appends are serialised and none is lost. The
+    /// turn is durable on return; it becomes searchable with the next build or query.
+    ///
+    /// N comes from the scope record, which is written in the same transaction as the turn,
+    /// so a crash can never hand out a number twice; an id the store already holds (a
+    /// leftover of an older strata) is skipped, never replaced.
+    pub fn append(
+        &self,
+        scope: &str,
+        turn: source::Turn,
+        now: u64,
+    ) -> Result<(IngestReport, String)> {
+        crate::id::scope(scope)?;
+        // Validate and chunk before the lock; the id only names the source.
+        let probe = source::turn_input(format!("{scope}#turn"), turn)?;
+        check_source(&probe)?;
+        self.ensure_room(probe.text.len() as u64)?;
+        let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
+        let (report, id) = {
+            let _w = self.write.lock().expect("write lock poisoned");
+            let rec = self.store.get_scope(scope)?;
+            let mut n = rec.as_ref().map_or(0, |r| r.next_seq) + 1;
+            let id = loop {
+                let id = format!("{scope}#turn-{n}");
+                let listed = rec
+                    .as_ref()
+                    .is_some_and(|r| r.sources.iter().any(|e| e.id == id));
+                if !listed && self.store.get_source(scope, &id)?.is_none() {
+                    break id;
+                }
+                n += 1;
+            };
+            let input = SourceInput {
+                id: id.clone(),
+                ..probe
+            };
+            let file = InputFile::single(ScopeKind::Debate, "", input);
+            (
+                self.ingest_locked(scope, &[file], vec![vec![Some(chunks)]], now)?,
+                id,
+            )
+        };
+        self.store.flush()?;
+        Ok((report, id))
+    }
+
+}
+
+enum Outcome {
+    Added,
+    Replaced,
+    Unchanged,
+}
+
+fn kind_name(k: ScopeKind) -> &'static str {
+    match k {
+        ScopeKind::Doc => "document",
+        ScopeKind::Debate => "debate",
+    }
+}
+
+fn sort_sources(rec: &mut ScopeRecord) {
+    match rec.kind {
+        ScopeKind::Doc => rec.sources.sort_by_key(|e| e.seq),
+        ScopeKind::Debate => rec.sources.sort_by_key(|e| (e.round.unwrap_or(0), e.seq)),
+    }
+}
+
+/// How a source of a scope of `kind` is cut.
+fn structure_of(kind: ScopeKind) -> Structure {
+    match kind {
+        ScopeKind::Doc => Structure::Document,
+        ScopeKind::Debate => Structure::Turn,
+    }
+}
+
+/// Whether the stored record `old` already holds `s` as it would be ingested now.
+fn unchanged(old: &SourceRecord, s: &SourceInput, budget: usize) -> bool {
+    old.hash == *blake3::hash(s.text.as_bytes()).as_bytes()
+        && old.round == s.round
+        && old.speaker == s.speaker
+        && old.chunk_tokens as usize == budget
+}
+
+/// The names a source brings into the store, checked by the one set of rules (`id`).
+fn check_source(s: &SourceInput) -> Result<()> {
+    crate::id::source(&s.id)?;
+    if let Some(sp) = &s.speaker {
+        crate::id::speaker(sp).map_err(|e| Error::invalid(format!("{}: {e}", s.id)))?;
+    }
+    Ok(())
+}
+
+/// The FULL nodes of a source cut into `chunks`.
+fn full_nodes(scope: &str, s: &SourceInput, chunks: &[Chunk], now: u64) -> Vec<Node> {
+    let meta = Meta {
+        rounds: s.round.into_iter().collect(),
+        speakers: s.speaker.iter().cloned().collect(),
+        headings: Vec::new(),
+        tags: None,
+    };
+    chunks
+        .iter()
+        .map(|c| {
+            let text = s.text[c.start..c.end].to_string();
+            Node {
+                id: full_id(&s.id, c.start, c.end, &text),
+                scope: scope.to_string(),
+                level: Level::Full,
+                tokens: c.tokens as u32,
+                text,
+                children: Vec::new(),
+                citations: vec![Span {
+                    source: s.id.clone(),
+                    start: c.start as u64,
+                    end: c.end as u64,
+                }],
+                meta: Meta {
+                    headings: c.headings.clone(),
+                    ..meta.clone()
+                },
+                created_at: now,
+                expires_at: None,
+            }
+        })
+        .collect()
+}

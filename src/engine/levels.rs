@@ -1,0 +1,230 @@
+//! A scope's levels: building its tree, the views served while a build runs, and context
+//! windows.
+
+use super::Engine;
+use crate::build::{BuildReport, Builder};
+use crate::progress::Progress;
+use crate::context::{ContextWindow, LevelChoice};
+use crate::error::Result;
+use crate::level::Level;
+use crate::model::Meter;
+use crate::model::usage::metered;
+use crate::node::{Node, NodeId};
+use crate::plan::Plan;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// A complete view of a scope (see [`Engine::view`]).
+#[derive(Clone, Debug)]
+pub struct View {
+    pub plan: Plan,
+    /// Levels of the view that lag behind the current sources (empty = fresh).
+    pub stale: Vec<Level>,
+    /// Sources ingested since the view was built.
+    pub pending_sources: usize,
+}
+
+
+impl Engine {
+    /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
+    /// cache hits: an unchanged scope makes zero compressor calls.
+    pub async fn compress(
+        &self,
+        scope: &str,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<BuildReport> {
+        self.compress_with(scope, now, None, progress).await
+    }
+
+    /// [`Engine::compress`], also rebuilding nodes that expire before `refresh_before`
+    /// (warming: a busy scope is refreshed before its levels expire).
+    pub async fn compress_with(
+        &self,
+        scope: &str,
+        now: u64,
+        refresh_before: Option<u64>,
+        progress: &dyn Progress,
+    ) -> Result<BuildReport> {
+        Ok(self
+            .build_plan(scope, now, refresh_before, progress)
+            .await?
+            .0)
+    }
+
+    /// Builds the current tree of `scope`; returns the report and the tree it built (which
+    /// a concurrent append may already have superseded).
+    async fn build_plan(
+        &self,
+        scope: &str,
+        now: u64,
+        refresh_before: Option<u64>,
+        progress: &dyn Progress,
+    ) -> Result<(BuildReport, Plan)> {
+        let plan = self.plan(scope)?;
+        if !self.is_complete(&plan, now)? {
+            // A build writes at most about its scope's text again per level (~4 bytes a
+            // token); a scope with nothing stale writes next to nothing.
+            self.ensure_room(plan.full_tokens.saturating_mul(4))?;
+        }
+        let builder = Builder {
+            store: &self.store,
+            plan: &plan,
+            model: self.model.as_ref(),
+            fallback: self.fallback.as_ref(),
+            cfg: &self.cfg,
+            now,
+            refresh_before,
+            progress,
+        };
+        let (mut report, _built) = builder.run().await?;
+        report.indexed = self.sync_index()?;
+        if let Some(embedder) = &self.embedder {
+            // Vectors for the nodes that lack one; a failing server is reported, not fatal.
+            let meter = Arc::new(Meter::default());
+            let levels = self.cfg.embed.levels()?;
+            let r = metered(
+                meter.clone(),
+                crate::hybrid::embed_plan(
+                    &self.store,
+                    embedder.as_ref(),
+                    &levels,
+                    &plan,
+                    now,
+                    self.cfg.build.concurrency,
+                    progress,
+                ),
+            )
+            .await?;
+            report.usage.add(&meter, &self.cfg.prices);
+            report.embeddings = Some(r);
+        }
+        if report.failures.is_empty() {
+            // The newest complete view, served while a later build is still running.
+            self.store.put_view(scope, &plan)?;
+        }
+        self.store.flush()?;
+        Ok((report, plan))
+    }
+
+    /// The newest complete view of `scope` without building anything: the current tree if
+    /// every node of it is live, else the last complete build's tree (if still live), with
+    /// the levels that lag the sources. `None` when neither is complete (build first).
+    pub fn view(&self, scope: &str, now: u64) -> Result<Option<View>> {
+        let current = self.plan(scope)?;
+        if self.is_complete(&current, now)? {
+            return Ok(Some(View {
+                plan: current,
+                stale: Vec::new(),
+                pending_sources: 0,
+            }));
+        }
+        let Some(snap) = self.store.get_view::<Plan>(scope)? else {
+            return Ok(None);
+        };
+        if snap.compressor != current.compressor || !self.is_complete(&snap, now)? {
+            return Ok(None);
+        }
+        let stale = Level::ALL
+            .into_iter()
+            .filter(|&l| snap.ids_at(l) != current.ids_at(l))
+            .collect();
+        let known: HashSet<&str> = snap.sources.iter().map(|s| s.id.as_str()).collect();
+        let pending_sources = current
+            .sources
+            .iter()
+            .filter(|s| !known.contains(s.id.as_str()))
+            .count();
+        Ok(Some(View {
+            plan: snap,
+            stale,
+            pending_sources,
+        }))
+    }
+
+    fn is_complete(&self, plan: &Plan, now: u64) -> Result<bool> {
+        for id in plan.all_ids() {
+            if !self.store.contains_live(&id, now)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes sure every node of `scope`'s tree is live, building what is missing or
+    /// expired. Context and query call this: an expired node is rebuilt, never served.
+    pub async fn ensure_built(
+        &self,
+        scope: &str,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<(Plan, Option<BuildReport>)> {
+        let plan = self.plan(scope)?;
+        if self.is_complete(&plan, now)? {
+            return Ok((plan, None));
+        }
+        let (report, built) = self.build_plan(scope, now, None, progress).await?;
+        Ok((built, Some(report)))
+    }
+
+    /// A live node of `plan`, or a clear error when the build could not make it.
+    pub fn node(&self, id: &NodeId, now: u64) -> Result<Node> {
+        self.corpus().node(id, now)
+    }
+
+    /// The text of a source as ingested.
+    pub fn source_text(&self, scope: &str, source: &str) -> Result<String> {
+        self.corpus().source_text(scope, source)
+    }
+
+    // ---------------------------------------------------------------- reading
+
+    /// `scope` at a level (or `auto`) within `budget` tokens. Missing or expired nodes are
+    /// rebuilt first.
+    pub async fn context(
+        &self,
+        scope: &str,
+        choice: LevelChoice,
+        budget: usize,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<ContextWindow> {
+        crate::context::check_budget(budget)?;
+        let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        crate::context::window(&self.corpus(), &plan, choice, budget, now)
+    }
+
+    /// The tree a caller that must not wait for a rebuild is served from: the newest
+    /// complete view ([`Engine::view`], with the levels that lag the sources), or, when
+    /// there is none (first request, everything expired), the current tree built now.
+    /// The build report says whether it built.
+    pub async fn serving_view(&self, scope: &str, now: u64) -> Result<(View, Option<BuildReport>)> {
+        if let Some(v) = self.view(scope, now)? {
+            return Ok((v, None));
+        }
+        let (plan, report) = self
+            .ensure_built(scope, now, &crate::progress::NoProgress)
+            .await?;
+        Ok((
+            View {
+                plan,
+                stale: Vec::new(),
+                pending_sources: 0,
+            },
+            report,
+        ))
+    }
+
+    /// Whether `scope`'s levels expire within `ahead` seconds of `now` (a warming job
+    /// should rebuild them first). Every node of a build shares its deadline, so the
+    /// ABSTRACT tells for all.
+    pub fn expires_within(&self, scope: &str, now: u64, ahead: u64) -> Result<bool> {
+        let plan = self.plan(scope)?;
+        Ok(self
+            .store
+            .get_node(&plan.abstract_id)?
+            .and_then(|n| n.expires_at)
+            .is_some_and(|at| at <= now + ahead))
+    }
+
+}

@@ -1,0 +1,160 @@
+//! Maintenance: stats, garbage collection, rebuilding the index.
+
+use super::Engine;
+use crate::error::Result;
+use crate::node::NodeId;
+use crate::plan::Plan;
+use crate::store::ScopeKind;
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// Store-wide numbers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    pub scopes: Vec<ScopeStats>,
+    pub nodes: usize,
+    pub indexed_docs: u64,
+    /// Node changes stored but not yet committed to the index (0 after any open, build,
+    /// ingest or query: they are applied then).
+    pub unindexed: usize,
+    pub next_expiry: Option<u64>,
+    pub disk_bytes: u64,
+    pub tokenizer: &'static str,
+    pub model: String,
+    /// The embedding model of hybrid retrieval (none: BM25 only).
+    pub embed_model: Option<String>,
+    /// Stored node vectors (every embedding model).
+    pub embeddings: usize,
+    /// Nodes made by the offline fallback (or built over one), and how many await the model.
+    pub fallbacks: crate::store::FallbackCounts,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScopeStats {
+    pub scope: String,
+    pub kind: ScopeKind,
+    pub sources: usize,
+    pub chunks: usize,
+    pub groups: usize,
+    pub full_tokens: u64,
+    /// Live nodes per level (full, detailed, summary, abstract, metadata) of the current tree.
+    pub live_by_level: crate::level::PerLevel<usize>,
+    /// Nodes of the current tree that are missing or expired (a build would make them).
+    pub stale: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GcReport {
+    pub expired: usize,
+    pub unreachable: usize,
+    pub remaining: usize,
+    /// Stored vectors whose node is gone.
+    pub embeddings_removed: usize,
+}
+
+impl Engine {
+
+    /// Sizes and freshness of one scope's current tree.
+    pub fn scope_stats(&self, scope: &str, now: u64) -> Result<ScopeStats> {
+        let rec = self.scope(scope)?;
+        let plan = self.plan_of(&rec)?;
+        let mut live = crate::level::PerLevel::<usize>::default();
+        let mut stale = 0;
+        for id in plan.all_ids() {
+            match self.store.get_live(&id, now)? {
+                Some(n) => live[n.level] += 1,
+                None => stale += 1,
+            }
+        }
+        Ok(ScopeStats {
+            scope: rec.name.clone(),
+            kind: rec.kind,
+            sources: plan.sources.len(),
+            chunks: plan.chunks.len(),
+            groups: plan.groups.len(),
+            full_tokens: plan.full_tokens,
+            live_by_level: live,
+            stale,
+        })
+    }
+
+    pub fn stats(&self, now: u64) -> Result<Stats> {
+        let mut scopes = Vec::new();
+        for name in self.scope_names()? {
+            scopes.push(self.scope_stats(&name, now)?);
+        }
+        Ok(Stats {
+            scopes,
+            nodes: self.store.n_nodes(),
+            indexed_docs: self.index.n_docs(),
+            unindexed: self.store.n_pending_index(),
+            next_expiry: self.store.next_deadline()?,
+            disk_bytes: self.store.size_on_disk(),
+            tokenizer: crate::token::TOKENIZER,
+            model: self.model.identity(),
+            embed_model: self.embedder.as_ref().map(|e| e.identity()),
+            embeddings: self.store.n_embeddings(),
+            fallbacks: self.store.fallback_counts()?,
+        })
+    }
+
+    /// Removes expired nodes, and nodes no scope's current tree reaches (left behind by
+    /// changed sources or another compressor), from the store and the index.
+    pub fn gc(&self, now: u64) -> Result<GcReport> {
+        let expired = self.store.sweep(now)?;
+        let mut reachable: HashSet<NodeId> = HashSet::new();
+        for rec in self.store.scopes()? {
+            let plan = self.plan_of(&rec)?;
+            reachable.extend(plan.all_ids());
+            // The last complete view is still being served while a build runs.
+            if let Some(view) = self.store.get_view::<Plan>(&rec.name)? {
+                reachable.extend(view.all_ids());
+            }
+        }
+        let mut unreachable = Vec::new();
+        for id in self.store.node_ids()? {
+            if !reachable.contains(&id) {
+                unreachable.push(id);
+            }
+        }
+        for id in &unreachable {
+            // FULL nodes are always reachable from their source record; only derived
+            // nodes are ever unreachable.
+            self.store.remove_node(id)?;
+        }
+        let embeddings_removed = self.store.remove_orphan_embeddings()?;
+        self.store.flush()?;
+        self.sync_index()?;
+        Ok(GcReport {
+            expired: expired.len(),
+            unreachable: unreachable.len(),
+            remaining: self.store.n_nodes(),
+            embeddings_removed,
+        })
+    }
+
+    /// Rebuilds the index from the store: every stored node. Marks of changes made while
+    /// it runs stay pending for the next [`Engine::sync_index`].
+    pub fn reindex(&self) -> Result<usize> {
+        let _g = self.index_sync.lock().expect("index sync lock poisoned");
+        let pending = self.store.pending_index()?;
+        self.index.delete_all()?;
+        let mut n = 0;
+        let mut batch = Vec::new();
+        for id in self.store.node_ids()? {
+            if let Some(node) = self.store.get_node(&id)? {
+                batch.push(node);
+            }
+            if batch.len() >= 4096 {
+                n += batch.len();
+                self.index.upsert(&batch)?;
+                batch.clear();
+            }
+        }
+        n += batch.len();
+        self.index.upsert(&batch)?;
+        self.index.commit()?;
+        self.store.clear_pending_index(&pending)?;
+        Ok(n)
+    }
+}

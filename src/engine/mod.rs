@@ -1,0 +1,254 @@
+//! The engine: one store, one index, one sub-model, one configuration, and the write lock.
+//! Every interface (CLI, HTTP, MCP) is a thin layer over its methods, which are grouped by
+//! job: [`ingest`] (sources in, under the write protocol), [`levels`] (building a scope's
+//! tree and serving its views and context windows), [`query`] (questions and `grep`) and
+//! [`maintain`] (stats, gc, reindex). Reading goes through [`Corpus`], the read handle the
+//! context windows and the navigator take instead of the engine.
+
+mod ingest;
+mod levels;
+mod maintain;
+mod query;
+
+pub use ingest::IngestReport;
+pub use levels::View;
+pub use maintain::{GcReport, ScopeStats, Stats};
+pub use query::GrepHit;
+
+use crate::config::Config;
+use crate::corpus::Corpus;
+use crate::error::{Error, Result};
+use crate::index::Index;
+use crate::model::{ChatModel, Embedder, Limiter, Models, Offline, SubModel};
+use crate::plan::Plan;
+use crate::store::{ScopeRecord, Store};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use crate::clock::unix_now;
+
+pub struct Engine {
+    store: Store,
+    index: Index,
+    cfg: Config,
+    model: Arc<dyn SubModel>,
+    fallback: Arc<dyn SubModel>,
+    /// The navigating model; `None`: the offline navigator.
+    root: Option<Arc<dyn ChatModel>>,
+    /// Serves `partition_map` (the sub model when it can chat, else the root model).
+    helper: Option<Arc<dyn ChatModel>>,
+    /// Embeds nodes (at build time) and questions for hybrid retrieval; `None`: BM25 only.
+    embedder: Option<Arc<dyn Embedder>>,
+    /// Shared by every model client: one limit on concurrent calls, rates, backoff.
+    limiter: Arc<Limiter>,
+    /// Serialises writers of scope records (ingest, append, the end of a build). A std
+    /// Mutex: it is never held across an await.
+    write: std::sync::Mutex<()>,
+    /// Serialises [`Engine::sync_index`]: one pass applies and commits at a time.
+    index_sync: std::sync::Mutex<()>,
+    /// The store's directory (`None`: in memory), whose file system writes are checked
+    /// against before they begin.
+    dir: Option<PathBuf>,
+}
+
+
+impl Engine {
+    /// Opens the store and index under `dir` (created if missing). A missing or unreadable
+    /// index is rebuilt from the store.
+    pub fn open(dir: &Path, cfg: Config) -> Result<Engine> {
+        let store = Store::open(dir)?;
+        let (index, fresh) = Index::open(&dir.join("index"))?;
+        let mut e = Engine::from_parts(store, index, cfg)?;
+        e.dir = Some(dir.to_path_buf());
+        if fresh && e.store.n_nodes() > 0 {
+            tracing::info!("index missing: rebuilding it from the store");
+            e.reindex()?;
+            return Ok(e);
+        }
+        let n = e.sync_index()?;
+        if n > 0 {
+            tracing::info!(n, "indexed node changes an interrupted run left behind");
+        }
+        // Belt and braces: the pending set covers every change, so the counts agree; if
+        // they do not (an index from before the pending set, a damaged index), rebuild.
+        let (docs, nodes) = (e.index.n_docs(), e.store.n_nodes() as u64);
+        if docs != nodes {
+            tracing::info!(
+                docs,
+                nodes,
+                "index and store disagree: rebuilding the index"
+            );
+            e.reindex()?;
+        }
+        Ok(e)
+    }
+
+    /// An engine that lives in memory (tests, benchmarks).
+    pub fn in_memory(cfg: Config) -> Result<Engine> {
+        Engine::from_parts(Store::temporary()?, Index::in_memory()?, cfg)
+    }
+
+    /// The models come from `cfg.model` (API keys from the variables it names).
+    fn from_parts(store: Store, index: Index, cfg: Config) -> Result<Engine> {
+        let models = Models::from_config(&cfg, &|k| std::env::var(k).ok())?;
+        Ok(Engine {
+            store,
+            index,
+            cfg,
+            model: models.sub,
+            fallback: Arc::new(Offline),
+            root: models.root,
+            helper: models.helper,
+            embedder: models.embedder,
+            limiter: models.limiter,
+            write: std::sync::Mutex::new(()),
+            index_sync: std::sync::Mutex::new(()),
+            dir: None,
+        })
+    }
+
+    /// Navigates with `root` (the LLM policy) instead of the offline navigator; `helper`
+    /// serves `partition_map` (default: `root`).
+    pub fn with_root(
+        mut self,
+        root: Arc<dyn ChatModel>,
+        helper: Option<Arc<dyn ChatModel>>,
+    ) -> Engine {
+        self.root = Some(root);
+        self.helper = helper;
+        self
+    }
+
+    /// Uses `embedder` for hybrid retrieval (`None`: BM25 only).
+    pub fn with_embedder(mut self, embedder: Option<Arc<dyn Embedder>>) -> Engine {
+        self.embedder = embedder;
+        self
+    }
+
+    /// The embedding model of hybrid retrieval, if one is configured.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// The flow control every model client of this engine shares.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    /// Brings the index up to the store. Every node write or removal leaves a durable mark
+    /// in the store's pending set in the same transaction as the change; this applies the
+    /// marked changes to the index, commits it, and only then clears those marks (a mark
+    /// that moved meanwhile stays). Run at open, at the end of every build, ingest and gc,
+    /// and before every query: the index never lags the store without the store knowing.
+    /// Returns how many node changes it applied.
+    pub fn sync_index(&self) -> Result<usize> {
+        let _g = self.index_sync.lock().expect("index sync lock poisoned");
+        let pending = self.store.pending_index()?;
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        for batch in pending.chunks(4096) {
+            let mut nodes = Vec::with_capacity(batch.len());
+            let mut gone = Vec::new();
+            for m in batch {
+                match self.store.get_node(&m.id)? {
+                    Some(n) => nodes.push(n),
+                    None => gone.push(m.id),
+                }
+            }
+            self.index.delete(&gone)?;
+            self.index.upsert(&nodes)?;
+        }
+        self.index.commit()?;
+        self.store.clear_pending_index(&pending)?;
+        Ok(pending.len())
+    }
+
+    /// Refuses a write of about `input` bytes before it begins when the store's file
+    /// system lacks the room for it (`store.min_free_mb`; see [`crate::disk`]): sled must
+    /// never meet a full disk mid-write.
+    fn ensure_room(&self, input: u64) -> Result<()> {
+        match &self.dir {
+            Some(dir) => {
+                crate::disk::ensure_room(dir, crate::disk::need_for(input, &self.cfg.store))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// [`Engine::sync_index`] where a failure must not fail what already succeeded (the
+    /// store is durable; the marks stay, and the next open, build or query retries).
+    fn sync_index_or_warn(&self) {
+        if let Err(e) = self.sync_index() {
+            tracing::warn!(error = %e, "index not updated yet; it catches up at the next build or query");
+        }
+    }
+
+    /// Uses `model` for compression (the offline compressor stays the fallback).
+    pub fn with_model(mut self, model: Arc<dyn SubModel>) -> Engine {
+        self.model = model;
+        self
+    }
+
+    /// Replaces the fallback compressor (tests of failure handling).
+    pub fn with_fallback(mut self, fallback: Arc<dyn SubModel>) -> Engine {
+        self.fallback = fallback;
+        self
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn model_identity(&self) -> String {
+        self.model.identity()
+    }
+
+    // ---------------------------------------------------------------- scopes and plans
+
+    pub fn scope(&self, name: &str) -> Result<ScopeRecord> {
+        crate::id::scope(name)?;
+        self.store.get_scope(name)?.ok_or_else(|| {
+            let known: Vec<String> = self
+                .store
+                .scopes()
+                .map(|v| v.into_iter().map(|s| s.name).collect())
+                .unwrap_or_default();
+            Error::UnknownScope {
+                scope: name.to_string(),
+                known: if known.is_empty() {
+                    "none yet; run `strata ingest` first".into()
+                } else {
+                    known.join(", ")
+                },
+            }
+        })
+    }
+
+    pub fn scope_names(&self) -> Result<Vec<String>> {
+        Ok(self.store.scopes()?.into_iter().map(|s| s.name).collect())
+    }
+
+    /// The current level tree of `scope`, as ids.
+    pub fn plan(&self, scope: &str) -> Result<Plan> {
+        self.plan_of(&self.scope(scope)?)
+    }
+
+    /// The current level tree of the scope `rec` describes.
+    fn plan_of(&self, rec: &ScopeRecord) -> Result<Plan> {
+        Plan::load(&self.store, rec, &self.model.identity(), &self.cfg)
+    }
+
+    /// The read handle context windows and the navigator read through.
+    pub(crate) fn corpus(&self) -> Corpus<'_> {
+        Corpus::new(&self.store, &self.index, self.embedder.as_ref(), &self.cfg)
+    }
+}

@@ -1,0 +1,140 @@
+//! Questions (the navigator, offline or with a root model) and `grep`.
+
+use super::Engine;
+use crate::progress::Progress;
+use crate::config::Strategy;
+use crate::error::{Error, Result};
+use crate::level::Level;
+use crate::model::usage::metered;
+use crate::model::{Meter, Usage};
+use crate::navigate::{Explorer, QueryResult};
+use crate::node::{NodeId, Span};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// One `grep` result.
+#[derive(Clone, Debug, Serialize)]
+pub struct GrepHit {
+    pub id: String,
+    pub scope: String,
+    pub level: Level,
+    pub score: f32,
+    pub citations: usize,
+    pub first_span: Option<Span>,
+    pub text: String,
+}
+
+
+impl Engine {
+    /// Answers `question` over `scopes` (all scopes when empty) with cited source spans.
+    pub async fn query(
+        &self,
+        scopes: &[String],
+        question: &str,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<QueryResult> {
+        self.query_with(scopes, question, &self.cfg.query, now, progress)
+            .await
+    }
+
+    /// [`Engine::query`] with per-request navigator settings (iterations, start level...).
+    pub async fn query_with(
+        &self,
+        scopes: &[String],
+        question: &str,
+        qcfg: &crate::config::QueryConfig,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<QueryResult> {
+        if question.trim().is_empty() {
+            return Err(Error::invalid("the question is empty"));
+        }
+        let t0 = std::time::Instant::now();
+        let meter = Arc::new(Meter::default());
+        let mut r = metered(meter.clone(), async {
+            let names = if scopes.is_empty() {
+                let all = self.scope_names()?;
+                if all.is_empty() {
+                    return Err(Error::invalid("no scopes yet: run `strata ingest` first"));
+                }
+                all
+            } else {
+                scopes.to_vec()
+            };
+            let mut plans = Vec::with_capacity(names.len());
+            for s in &names {
+                plans.push(self.ensure_built(s, now, progress).await?.0);
+            }
+            // Appends leave their chunks pending; a query searches everything stored.
+            self.sync_index()?;
+            let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
+            explorer.embed_question(question).await;
+            match self
+                .root
+                .as_ref()
+                .filter(|_| qcfg.strategy == Strategy::Auto)
+            {
+                Some(root) => {
+                    let helper = self.helper.as_deref().unwrap_or(root.as_ref());
+                    crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
+                }
+                None => crate::navigate::offline(explorer, question),
+            }
+        })
+        .await?;
+        r.usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());
+        Ok(r)
+    }
+
+    /// BM25 search over the current trees of `scopes` (all when empty) at `levels` (all
+    /// when empty): the `grep` primitive, exposed for people and agents.
+    pub fn grep(
+        &self,
+        scopes: &[String],
+        pattern: &str,
+        levels: &[Level],
+        limit: usize,
+        now: u64,
+    ) -> Result<Vec<GrepHit>> {
+        let names = if scopes.is_empty() {
+            self.scope_names()?
+        } else {
+            for s in scopes {
+                self.scope(s)?;
+            }
+            scopes.to_vec()
+        };
+        let mut current: HashSet<NodeId> = HashSet::new();
+        for s in &names {
+            current.extend(self.plan(s)?.all_ids());
+        }
+        self.sync_index()?;
+        let hits = self.index.search(&crate::index::Grep {
+            query: &self.index.analyse_query(pattern),
+            scopes: &names,
+            levels,
+            within: None,
+            limit: limit.saturating_mul(2).max(limit),
+        })?;
+        let mut out = Vec::new();
+        for h in hits {
+            if out.len() >= limit || !current.contains(&h.id) {
+                continue;
+            }
+            if let Some(n) = self.store.get_live(&h.id, now)? {
+                out.push(GrepHit {
+                    id: n.id.to_hex(),
+                    scope: n.scope,
+                    level: n.level,
+                    score: h.score,
+                    citations: n.citations.len(),
+                    first_span: n.citations.first().cloned(),
+                    text: n.text,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
