@@ -8,6 +8,7 @@ mod crash;
 mod diskfull;
 mod eval;
 mod hybrid;
+mod layers;
 mod navigate;
 mod openai;
 mod pipeline;
