@@ -472,8 +472,7 @@ impl Config {
         if self.query.max_iterations == 0 || self.query.min_keep == 0 {
             return bad("query.max_iterations and query.min_keep must be at least 1");
         }
-        ModelSpec::parse(&self.model.sub)
-            .map_err(|e| Error::Config(format!("model.sub: {e}")))?;
+        ModelSpec::parse(&self.model.sub).map_err(|e| Error::Config(format!("model.sub: {e}")))?;
         ModelSpec::parse(&self.model.root)
             .map_err(|e| Error::Config(format!("model.root: {e}")))?;
         EmbedSpec::parse(&self.embed.model)

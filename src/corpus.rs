@@ -335,7 +335,12 @@ impl Trees {
         ];
         self.plans
             .iter()
-            .flat_map(|p| order.into_iter().filter(|&l| wanted(l)).flat_map(|l| p.ids_at(l)))
+            .flat_map(|p| {
+                order
+                    .into_iter()
+                    .filter(|&l| wanted(l))
+                    .flat_map(|l| p.ids_at(l))
+            })
             .collect()
     }
 }

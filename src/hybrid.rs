@@ -10,13 +10,13 @@
 //! question's vector ([`Dense`]) and fuses that ranking with BM25's by reciprocal-rank
 //! fusion ([`rrf`]).
 
-use crate::progress::Progress;
 use crate::error::Result;
 use crate::level::Level;
 use crate::model::limit::PRIORITY_NAVIGATION;
 use crate::model::{Embedder, ModelError};
 use crate::node::NodeId;
 use crate::plan::Plan;
+use crate::progress::Progress;
 use crate::store::{EmbedKey, Store};
 use futures::StreamExt as _;
 use serde::Serialize;

@@ -2,10 +2,10 @@
 //! survive a restart, coalesced per scope, run by a fixed number of workers.
 
 use crate::build::BuildReport;
-use crate::progress::NoProgress;
-use crate::{clock::unix_now, engine::Engine};
 use crate::error::Result;
+use crate::progress::NoProgress;
 use crate::store::Store;
+use crate::{clock::unix_now, engine::Engine};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -55,7 +55,6 @@ pub mod text;
 pub mod token;
 
 pub use build::BuildReport;
-pub use progress::{NoProgress, Progress};
 pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
 pub use engine::{Engine, GcReport, GrepHit, IngestReport, Stats, View, unix_now};
@@ -64,4 +63,5 @@ pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
 pub use navigate::{Citation, QueryResult};
 pub use node::{Node, NodeId, Span};
+pub use progress::{NoProgress, Progress};
 pub use store::{ScopeKind, Store};

@@ -28,9 +28,7 @@ pub struct IngestReport {
     pub chunks_written: usize,
 }
 
-
 impl Engine {
-
     /// Reads, validates and ingests files into `scope`. Every file is read and validated
     /// before anything is written: one bad file changes nothing.
     pub fn ingest_files(
@@ -284,8 +282,6 @@ impl Engine {
         })
     }
 
-
-
     /// Appends one debate turn under a fresh source id (`scope#turn-N`), creating the debate
     /// if needed. Safe to call concurrently: appends are serialised and none is lost. The
     /// turn is durable on return; it becomes searchable with the next build or query.
@@ -332,7 +328,6 @@ impl Engine {
         self.store.flush()?;
         Ok((report, id))
     }
-
 }
 
 enum Outcome {

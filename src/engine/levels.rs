@@ -3,7 +3,6 @@
 
 use super::Engine;
 use crate::build::{BuildReport, Builder};
-use crate::progress::Progress;
 use crate::context::{ContextWindow, LevelChoice};
 use crate::error::Result;
 use crate::level::Level;
@@ -11,6 +10,7 @@ use crate::model::Meter;
 use crate::model::usage::metered;
 use crate::node::{Node, NodeId};
 use crate::plan::Plan;
+use crate::progress::Progress;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -23,7 +23,6 @@ pub struct View {
     /// Sources ingested since the view was built.
     pub pending_sources: usize,
 }
-
 
 impl Engine {
     /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
@@ -72,6 +71,7 @@ impl Engine {
             plan: &plan,
             model: self.model.as_ref(),
             fallback: self.fallback.as_ref(),
+            limiter: &self.limiter,
             cfg: &self.cfg,
             now,
             refresh_before,
@@ -226,5 +226,4 @@ impl Engine {
             .and_then(|n| n.expires_at)
             .is_some_and(|at| at <= now + ahead))
     }
-
 }

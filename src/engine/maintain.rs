@@ -53,7 +53,6 @@ pub struct GcReport {
 }
 
 impl Engine {
-
     /// Sizes and freshness of one scope's current tree.
     pub fn scope_stats(&self, scope: &str, now: u64) -> Result<ScopeStats> {
         let rec = self.scope(scope)?;

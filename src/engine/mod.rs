@@ -51,7 +51,6 @@ pub struct Engine {
     dir: Option<PathBuf>,
 }
 
-
 impl Engine {
     /// Opens the store and index under `dir` (created if missing). A missing or unreadable
     /// index is rebuilt from the store.

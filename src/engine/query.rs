@@ -1,7 +1,6 @@
 //! Questions (the navigator, offline or with a root model) and `grep`.
 
 use super::Engine;
-use crate::progress::Progress;
 use crate::config::Strategy;
 use crate::error::{Error, Result};
 use crate::level::Level;
@@ -9,6 +8,7 @@ use crate::model::usage::metered;
 use crate::model::{Meter, Usage};
 use crate::navigate::{Explorer, QueryResult};
 use crate::node::{NodeId, Span};
+use crate::progress::Progress;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,7 +24,6 @@ pub struct GrepHit {
     pub first_span: Option<Span>,
     pub text: String,
 }
-
 
 impl Engine {
     /// Answers `question` over `scopes` (all scopes when empty) with cited source spans.

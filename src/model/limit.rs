@@ -113,6 +113,13 @@ impl Limiter {
         &self.cfg
     }
 
+    /// A place among the calls in flight for work that is not a request (the offline
+    /// compressor in a build): it waits its turn by priority like [`Limiter::run`] and
+    /// holds the place until dropped. Rates and retries do not apply.
+    pub async fn hold(&self, priority: u8) -> Permit {
+        self.gate.acquire(priority).await
+    }
+
     /// Calls holding a permit right now.
     pub fn in_flight(&self) -> usize {
         self.gate.held()
@@ -310,7 +317,7 @@ impl Bucket {
 /// (first come, first served within a priority). tokio's `Semaphore` is strictly FIFO,
 /// which makes a DAG build finish its DETAILED level before any SUMMARY may start.
 #[derive(Clone)]
-pub struct Gate(Arc<Mutex<GateState>>);
+pub(crate) struct Gate(Arc<Mutex<GateState>>);
 
 struct GateState {
     available: usize,

@@ -60,7 +60,8 @@ pub trait SubModel: Send + Sync {
 
     /// Whether the model's calls already pass the engine's shared [`Limiter`] (the
     /// OpenAI-compatible client does, so compression and navigation share one limit). The
-    /// build applies `build.concurrency` itself to models that do not.
+    /// build holds a place of the limiter ([`Limiter::hold`]) for each call of a model that does
+    /// not, so every model's calls share one limit (`build.concurrency`).
     fn self_limited(&self) -> bool {
         false
     }

@@ -226,10 +226,7 @@ fn graph() -> Graph {
             }
         }
     }
-    let modules: BTreeSet<String> = all
-        .iter()
-        .filter_map(|(_, m)| m.first().cloned())
-        .collect();
+    let modules: BTreeSet<String> = all.iter().filter_map(|(_, m)| m.first().cloned()).collect();
     let mut test_only: BTreeSet<ModPath> = BTreeSet::new();
     let mut g = Graph {
         top: BTreeMap::new(),
@@ -340,13 +337,20 @@ fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 fn every_module_uses_only_lower_layers() {
     let layers = layers();
     let g = graph();
-    let unlisted: Vec<_> = g.modules.iter().filter(|m| !layers.contains_key(*m)).collect();
+    let unlisted: Vec<_> = g
+        .modules
+        .iter()
+        .filter(|m| !layers.contains_key(*m))
+        .collect();
     assert!(
         unlisted.is_empty(),
         "modules missing from the layers block of docs/ARCHITECTURE.md: {unlisted:?}"
     );
     let gone: Vec<_> = layers.keys().filter(|m| !g.modules.contains(*m)).collect();
-    assert!(gone.is_empty(), "layers block lists modules that do not exist: {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "layers block lists modules that do not exist: {gone:?}"
+    );
     let mut wrong = Vec::new();
     for (from, uses) in &g.top {
         for (to, file) in uses {
@@ -358,7 +362,11 @@ fn every_module_uses_only_lower_layers() {
             }
         }
     }
-    assert!(wrong.is_empty(), "imports that do not go down:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports that do not go down:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -379,10 +387,7 @@ fn the_checker_sees_paths_of_every_shape() {
                 use super::cues::Cues;\n\
                 let x = crate::text::facts(t);\n\
                 let y = my_crate::thing;";
-    let got: Vec<String> = paths(code, &here)
-        .iter()
-        .map(|p| p.join("::"))
-        .collect();
+    let got: Vec<String> = paths(code, &here).iter().map(|p| p.join("::")).collect();
     assert_eq!(
         got,
         [

@@ -1,0 +1,348 @@
+//! The build: fills a scope's level tree (see [`crate::plan`]) with nodes, as a DAG — a node
+//! is compressed as soon as its inputs exist, with no barrier between levels — under one
+//! global limit on concurrent sub-model calls. Nodes already in the store and live are cache
+//! hits and cost nothing. A failed node is reported as data, never fails the build.
+//!
+//! A node the offline fallback made is marked in the store ([`FallbackMark`]), and so is a
+//! node built over one. Nodes marked because the model did not answer are not cache hits
+//! for a build with the model: they are made again, so an outage does not outlive itself.
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::level::{Level, PerLevel};
+use crate::model::Limiter;
+use crate::model::usage::{self, Meter, Usage};
+use crate::model::{CompressRequest, ModelError, SubModel};
+use crate::node::{FallbackMark, Node, NodeId};
+use crate::plan::Plan;
+use crate::progress::Progress;
+use crate::store::Store;
+use futures::future::join_all;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A node that could not be built, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct BuildFailure {
+    pub node: String,
+    pub level: Level,
+    pub what: String,
+    pub error: String,
+}
+
+/// What a build did. Partial failure is data: `failures` lists what could not be built.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BuildReport {
+    pub scope: String,
+    pub nodes_total: usize,
+    pub nodes_built: usize,
+    pub cache_hits: usize,
+    /// Calls to the configured sub-model (retries included).
+    pub model_calls: u64,
+    /// Nodes whose model output was unusable and were made by the offline compressor.
+    pub fallbacks: u64,
+    /// Model outputs rejected as empty.
+    pub empty: u64,
+    /// Model outputs rejected as over budget (or cut off at their token limit).
+    pub over_budget: u64,
+    /// Model outputs rejected for numbers, dates or names that are not in their inputs.
+    pub unfaithful: u64,
+    /// Model calls that failed after the client's retries (server errors, timeouts,
+    /// undecodable responses).
+    pub model_errors: u64,
+    /// Nodes marked as made by the fallback while the model did not answer (or built over
+    /// such a node) that this build made again.
+    pub fallback_retried: u64,
+    /// Nodes of the tree that carry a fallback mark after this build: made by the offline
+    /// fallback, or built over such a node.
+    pub fallback_nodes: u64,
+    /// Of those, the ones marked while the model did not answer: the next build retries
+    /// them.
+    pub fallback_awaiting_model: u64,
+    pub failures: Vec<BuildFailure>,
+    pub elapsed_ms: u64,
+    /// Nodes built at each level (full, detailed, summary, abstract, metadata).
+    pub built_by_level: PerLevel<usize>,
+    /// Nodes written to the full-text index.
+    pub indexed: usize,
+    /// Model traffic: calls, tokens and estimated cost per model.
+    pub usage: Usage,
+    /// The embedding step (hybrid retrieval); absent when no embedder is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<crate::hybrid::EmbedReport>,
+}
+
+pub(crate) struct Builder<'a> {
+    pub store: &'a Store,
+    pub plan: &'a Plan,
+    pub model: &'a dyn SubModel,
+    /// Replaces the model's output when it fails (the offline compressor in production).
+    pub fallback: &'a dyn SubModel,
+    /// The engine's flow control: calls of a model that does not pass it itself (the
+    /// offline compressor) hold one of its places, highest level first.
+    pub limiter: &'a Limiter,
+    pub cfg: &'a Config,
+    pub now: u64,
+    /// Also rebuild nodes that expire before this time (warming ahead of expiry).
+    pub refresh_before: Option<u64>,
+    pub progress: &'a dyn Progress,
+}
+
+struct Run<'a> {
+    b: &'a Builder<'a>,
+    /// Whether calls take a place of the limiter here (the model does not itself).
+    hold: bool,
+    calls: AtomicU64,
+    fallbacks: AtomicU64,
+    empty: AtomicU64,
+    over_budget: AtomicU64,
+    unfaithful: AtomicU64,
+    model_errors: AtomicU64,
+    hits: AtomicU64,
+    /// Whether nodes are marked at all: not when the model is the fallback itself.
+    marking: bool,
+    /// Whether the store held marks when the build started (else no lookups).
+    check_marks: bool,
+    /// The mark of every node this build wrote or found with one: a node built over them
+    /// is marked too.
+    marks: Mutex<HashMap<NodeId, FallbackMark>>,
+    /// Marked nodes being made again (their old text, and vectors, are replaced).
+    retrying: Mutex<HashSet<NodeId>>,
+    retried: AtomicU64,
+    built: Mutex<Vec<Node>>,
+    failures: Mutex<Vec<BuildFailure>>,
+}
+
+impl Builder<'_> {
+    /// Runs the build. Returns the report and the nodes it built (for the index).
+    pub async fn run(&self) -> Result<(BuildReport, Vec<Node>)> {
+        let t0 = Instant::now();
+        let marking = self.model.identity() != self.fallback.identity();
+        let run = Run {
+            b: self,
+            hold: !self.model.self_limited(),
+            calls: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            empty: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
+            unfaithful: AtomicU64::new(0),
+            model_errors: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            marking,
+            check_marks: marking && self.store.has_fallback_marks(),
+            marks: Mutex::new(HashMap::new()),
+            retrying: Mutex::new(HashSet::new()),
+            retried: AtomicU64::new(0),
+            built: Mutex::new(Vec::new()),
+            failures: Mutex::new(Vec::new()),
+        };
+        self.progress.start(
+            self.plan.n_derived() as u64,
+            &format!("compressing {}", self.plan.scope),
+        );
+        let meter = Arc::new(Meter::default());
+        usage::metered(meter.clone(), async {
+            let summaries = join_all((0..self.plan.groups.len()).map(|gi| run.group(gi))).await;
+            if let Some(abs) = run.abstract_node(summaries).await? {
+                run.metadata(&abs).await?;
+            }
+            Ok::<(), crate::Error>(())
+        })
+        .await?;
+        self.progress.finish();
+        let built = run.built.into_inner().expect("poisoned");
+        let failures = run.failures.into_inner().expect("poisoned");
+        let by_level: PerLevel<usize> = built.iter().map(|n| n.level).collect();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let marks = run.marks.into_inner().expect("poisoned");
+        let mut usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());
+        usage.invalid_outputs = load(&run.empty) + load(&run.over_budget) + load(&run.unfaithful);
+        usage.fallbacks = load(&run.fallbacks);
+        let report = BuildReport {
+            scope: self.plan.scope.clone(),
+            nodes_total: self.plan.n_derived(),
+            nodes_built: built.len(),
+            cache_hits: run.hits.load(Ordering::Relaxed) as usize,
+            model_calls: load(&run.calls),
+            fallbacks: load(&run.fallbacks),
+            empty: load(&run.empty),
+            over_budget: load(&run.over_budget),
+            unfaithful: load(&run.unfaithful),
+            model_errors: load(&run.model_errors),
+            fallback_retried: load(&run.retried),
+            fallback_nodes: marks.len() as u64,
+            fallback_awaiting_model: marks.values().filter(|m| m.is_retried()).count() as u64,
+            failures,
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+            built_by_level: by_level,
+            indexed: 0,
+            usage,
+            embeddings: None,
+        };
+        Ok((report, built))
+    }
+}
+
+impl Run<'_> {
+    fn fail(&self, id: NodeId, level: Level, what: String, error: String) {
+        tracing::warn!(%what, %error, "node not built");
+        self.failures.lock().expect("poisoned").push(BuildFailure {
+            node: id.to_hex(),
+            level,
+            what,
+            error,
+        });
+        self.b.progress.inc(1);
+    }
+
+    /// A live node of the store, unless it is marked for a retry (then `None`: made again).
+    fn cached(&self, id: &NodeId) -> Result<Option<Node>> {
+        let Some(n) = self.b.store.get_live(id, self.horizon())? else {
+            return Ok(None);
+        };
+        if let Some(mark) = self.stored_mark(id)? {
+            if mark.is_retried() {
+                self.retrying.lock().expect("poisoned").insert(*id);
+                self.retried.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+            self.marks.lock().expect("poisoned").insert(*id, mark);
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.b.progress.inc(1);
+        Ok(Some(n))
+    }
+
+    /// The mark a stored node carries (looked up only when the build started with marks).
+    fn stored_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+        if !self.check_marks {
+            return Ok(None);
+        }
+        self.b.store.fallback_mark(id)
+    }
+
+    /// The mark of a node whose own text came with `own` and that was built over `inputs`:
+    /// over an input the model is to remake, the node is remade after it.
+    fn mark_over<'i>(
+        &self,
+        own: Option<FallbackMark>,
+        inputs: impl IntoIterator<Item = &'i NodeId>,
+    ) -> Option<FallbackMark> {
+        if own == Some(FallbackMark::ModelUnavailable) {
+            return own;
+        }
+        let marks = self.marks.lock().expect("poisoned");
+        let over = inputs
+            .into_iter()
+            .any(|i| marks.get(i).is_some_and(|m| m.is_retried()));
+        if over {
+            Some(FallbackMark::BuiltOverFallback)
+        } else {
+            own
+        }
+    }
+
+    fn expires_at(&self) -> Option<u64> {
+        match self.b.cfg.store.ttl_secs {
+            0 => None,
+            ttl => Some(self.b.now.saturating_add(ttl)),
+        }
+    }
+
+    fn save(&self, node: Node, mark: Option<FallbackMark>) -> Result<Node> {
+        if self.retrying.lock().expect("poisoned").remove(&node.id) {
+            let old = self.b.store.get_node(&node.id)?;
+            if old.is_none_or(|o| o.text != node.text) {
+                // Same id, new text: vectors of the old text would mislead dense retrieval.
+                self.b.store.remove_node_embeddings(&node.id)?;
+            }
+        }
+        self.b.store.put_node_marked(&node, mark)?;
+        if let Some(m) = mark {
+            self.marks.lock().expect("poisoned").insert(node.id, m);
+        }
+        self.built.lock().expect("poisoned").push(node.clone());
+        self.b.progress.inc(1);
+        Ok(node)
+    }
+
+    /// Asks the model, validates the output (faithfulness included), retries, and falls
+    /// back to the offline compressor; the fallback's text comes with its mark (why the
+    /// model's was not used). Returns `Err` only when even the fallback failed.
+    async fn compress(
+        &self,
+        req: CompressRequest,
+    ) -> Result<(String, Option<FallbackMark>), String> {
+        let trusted = self.b.model.trusted();
+        let req = Arc::new(req);
+        let mut last = String::new();
+        let mut mark = FallbackMark::Refused;
+        for _ in 0..=self.b.cfg.build.retries {
+            let out = {
+                // Higher levels first: they are on the critical path of the DAG.
+                let _place = match self.hold {
+                    true => Some(self.b.limiter.hold(req.level.as_u8()).await),
+                    false => None,
+                };
+                self.calls.fetch_add(1, Ordering::Relaxed);
+                self.b.model.compress((*req).clone()).await
+            };
+            let rejection = match out {
+                Ok(text) if trusted => match validate(&text, &req, true) {
+                    Ok(()) => return Ok((text, None)),
+                    Err(r) => r,
+                },
+                Ok(text) => {
+                    let r = req.clone();
+                    // The fact check tokenises and scans every input: rayon's work.
+                    match crate::model::spawn_cpu(move || validate(&text, &r, false).map(|()| text))
+                        .await
+                    {
+                        Ok(Ok(text)) => return Ok((text, None)),
+                        Ok(Err(r)) => r,
+                        Err(panic) => Rejection::Failed(panic),
+                    }
+                }
+                Err(ModelError::Truncated) => {
+                    Rejection::OverBudget(ModelError::Truncated.to_string())
+                }
+                Err(
+                    e
+                    @ (ModelError::Unavailable(_) | ModelError::RateLimited | ModelError::Timeout),
+                ) => Rejection::Unavailable(e.to_string()),
+                Err(e) => Rejection::Failed(e.to_string()),
+            };
+            let (counter, why) = match &rejection {
+                Rejection::Empty => (&self.empty, FallbackMark::Empty),
+                Rejection::OverBudget(_) => (&self.over_budget, FallbackMark::OverBudget),
+                Rejection::Unfaithful(_) => (&self.unfaithful, FallbackMark::Unfaithful),
+                Rejection::Unavailable(_) => (&self.model_errors, FallbackMark::ModelUnavailable),
+                Rejection::Failed(_) => (&self.model_errors, FallbackMark::Refused),
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            // One attempt the model did not answer is enough to try again later: it never
+            // had its full say.
+            if mark != FallbackMark::ModelUnavailable {
+                mark = why;
+            }
+            last = rejection.to_string();
+        }
+        let mark = self.marking.then_some(mark);
+        let req = Arc::unwrap_or_clone(req);
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(error = %last, "model output replaced by the fallback compressor");
+        match self.b.fallback.compress(req.clone()).await {
+            Ok(text) if validate(&text, &req, true).is_ok() => Ok((text, mark)),
+            Ok(_) => Err(format!("{last}; fallback output unusable too")),
+            Err(e) => Err(format!("{last}; fallback failed: {e}")),
+        }
+    }
+}
+
+mod nodes;
+mod validate;
+
+use validate::{Rejection, validate};

@@ -1,0 +1,460 @@
+//! How each level's nodes are made — a chunk's DETAILED, a group's SUMMARY, the ABSTRACT,
+//! METADATA — which are live already, and what text a node's inputs are.
+
+use super::Run;
+use crate::error::Result;
+use crate::level::Level;
+use crate::model::{CompressRequest, Passage, offline};
+use crate::node::{Meta, Node, NodeId, Span, merge_spans};
+use crate::token;
+use futures::future::{join, join_all};
+use std::sync::atomic::Ordering;
+
+impl Run<'_> {
+    pub(super) fn horizon(&self) -> u64 {
+        self.b.refresh_before.unwrap_or(self.b.now).max(self.b.now)
+    }
+
+    /// The common warm case: every node of the group is live and none is to be retried.
+    /// Checked on the deadline index (and the marks, if any) without decoding a node.
+    fn group_is_live(&self, gi: usize) -> Result<bool> {
+        let plan = self.b.plan;
+        let g = &plan.groups[gi];
+        let mut n = 0;
+        let mut marked = Vec::new();
+        let ids = g
+            .chunks
+            .iter()
+            .map(|&ci| plan.chunks[ci].detailed)
+            .chain(std::iter::once(g.summary));
+        for id in ids {
+            let meta = plan.metadata.get(&id).copied();
+            for x in std::iter::once(id).chain(meta) {
+                if !self.b.store.contains_live(&x, self.horizon())? {
+                    return Ok(false);
+                }
+                if let Some(m) = self.stored_mark(&x)? {
+                    if m.is_retried() {
+                        return Ok(false);
+                    }
+                    marked.push((x, m));
+                }
+                n += 1;
+            }
+        }
+        self.marks.lock().expect("poisoned").extend(marked);
+        self.hits.fetch_add(n, Ordering::Relaxed);
+        self.b.progress.inc(n);
+        Ok(true)
+    }
+
+    pub(super) async fn group(&self, gi: usize) -> Option<NodeId> {
+        let plan = self.b.plan;
+        let g = &plan.groups[gi];
+        match self.group_is_live(gi) {
+            Ok(true) => return Some(g.summary),
+            Ok(false) => {}
+            Err(e) => {
+                self.fail(
+                    g.summary,
+                    Level::Summary,
+                    format!("{} summary", g.label),
+                    e.to_string(),
+                );
+                return None;
+            }
+        }
+        let dets: Vec<Option<Node>> = join_all(g.chunks.iter().map(|&ci| self.detailed(ci))).await;
+        let metas = join_all(dets.iter().flatten().map(|d| async {
+            if let Err(e) = self.metadata(d).await {
+                self.fail(d.id, Level::Metadata, "metadata".into(), e.to_string());
+            }
+        }));
+        let summary = async {
+            let what = format!("{} summary", g.label);
+            if dets.iter().any(Option::is_none) {
+                self.fail(
+                    g.summary,
+                    Level::Summary,
+                    what,
+                    "an input node failed".into(),
+                );
+                return None;
+            }
+            let dets: Vec<&Node> = dets.iter().flatten().collect();
+            match self.summary(gi, &dets).await {
+                Ok(Some(s)) => {
+                    if let Err(e) = self.metadata(&s).await {
+                        self.fail(s.id, Level::Metadata, "metadata".into(), e.to_string());
+                    }
+                    Some(s)
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    self.fail(g.summary, Level::Summary, what, e.to_string());
+                    None
+                }
+            }
+        };
+        join(metas, summary).await.1.map(|s| s.id)
+    }
+
+    async fn detailed(&self, ci: usize) -> Option<Node> {
+        let c = &self.b.plan.chunks[ci];
+        let what = format!(
+            "{} [{}..{}) detailed",
+            self.b.plan.sources[c.source].id, c.start, c.end
+        );
+        let r: Result<Option<Node>> = async {
+            if let Some(n) = self.cached(&c.detailed)? {
+                return Ok(Some(n));
+            }
+            let full = self.b.store.get_node(&c.full)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("FULL node {} is missing", c.full))
+            })?;
+            let target = ((full.tokens as f64) * self.b.cfg.levels.detailed_ratio).ceil() as usize;
+            let req = CompressRequest {
+                level: Level::Detailed,
+                passages: vec![Passage {
+                    text: full.text.clone(),
+                    // The offline compressor would print the label into the text; a model
+                    // needs it to keep who said what in which round.
+                    label: if self.b.model.trusted() {
+                        None
+                    } else {
+                        self.b.plan.chunk_label(ci)
+                    },
+                }],
+                target_tokens: target.max(1),
+            };
+            match self.compress(req).await {
+                Ok((text, mark)) => Ok(Some(
+                    self.save(
+                        self.derived(
+                            c.detailed,
+                            Level::Detailed,
+                            text,
+                            vec![full.id],
+                            full.citations.clone(),
+                            full.meta.clone(),
+                        )
+                        .await?,
+                        mark,
+                    )?,
+                )),
+                Err(e) => {
+                    self.fail(c.detailed, Level::Detailed, what.clone(), e);
+                    Ok(None)
+                }
+            }
+        }
+        .await;
+        r.unwrap_or_else(|e| {
+            self.fail(c.detailed, Level::Detailed, what, e.to_string());
+            None
+        })
+    }
+
+    async fn summary(&self, gi: usize, dets: &[&Node]) -> Result<Option<Node>> {
+        let plan = self.b.plan;
+        let g = &plan.groups[gi];
+        if let Some(n) = self.cached(&g.summary)? {
+            return Ok(Some(n));
+        }
+        let passages = g
+            .chunks
+            .iter()
+            .zip(dets)
+            .map(|(&ci, d)| Passage {
+                text: d.text.clone(),
+                label: if self.b.model.trusted() {
+                    plan.sources[plan.chunks[ci].source].speaker.clone()
+                } else {
+                    plan.chunk_label(ci)
+                },
+            })
+            .collect();
+        let target = (g.full_tokens as f64 * self.b.cfg.levels.summary_ratio).ceil() as usize;
+        let req = CompressRequest {
+            level: Level::Summary,
+            passages,
+            target_tokens: target.max(1),
+        };
+        match self.compress(req).await {
+            Ok((text, mark)) => {
+                let meta = merge_meta(dets.iter().map(|d| &d.meta));
+                let spans = merge_spans(dets.iter().flat_map(|d| d.citations.iter().cloned()));
+                let children: Vec<NodeId> = dets.iter().map(|d| d.id).collect();
+                let mark = self.mark_over(mark, &children);
+                Ok(Some(
+                    self.save(
+                        self.derived(g.summary, Level::Summary, text, children, spans, meta)
+                            .await?,
+                        mark,
+                    )?,
+                ))
+            }
+            Err(e) => {
+                self.fail(g.summary, Level::Summary, format!("{} summary", g.label), e);
+                Ok(None)
+            }
+        }
+    }
+
+    pub(super) async fn abstract_node(
+        &self,
+        summaries: Vec<Option<NodeId>>,
+    ) -> Result<Option<Node>> {
+        let plan = self.b.plan;
+        if let Some(n) = self.cached(&plan.abstract_id)? {
+            return Ok(Some(n));
+        }
+        if summaries.iter().any(Option::is_none) || summaries.is_empty() {
+            self.fail(
+                plan.abstract_id,
+                Level::Abstract,
+                format!("{} abstract", plan.scope),
+                "an input node failed".into(),
+            );
+            return Ok(None);
+        }
+        let mut sums: Vec<Node> = Vec::with_capacity(summaries.len());
+        for id in summaries.into_iter().flatten() {
+            sums.push(self.b.store.get_node(&id)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("SUMMARY {id} vanished during the build"))
+            })?);
+        }
+        let passages = plan
+            .groups
+            .iter()
+            .zip(&sums)
+            .map(|(g, s)| Passage {
+                text: s.text.clone(),
+                label: Some(g.label.clone()),
+            })
+            .collect();
+        let lv = &self.b.cfg.levels;
+        let target = ((plan.full_tokens as f64 * lv.abstract_ratio).ceil() as usize)
+            .min(lv.abstract_max_tokens)
+            .max(1);
+        let req = CompressRequest {
+            level: Level::Abstract,
+            passages,
+            target_tokens: target,
+        };
+        match self.compress(req).await {
+            Ok((text, mark)) => {
+                let meta = merge_meta(sums.iter().map(|s| &s.meta));
+                let spans = merge_spans(sums.iter().flat_map(|s| s.citations.iter().cloned()));
+                let children: Vec<NodeId> = sums.iter().map(|s| s.id).collect();
+                let mark = self.mark_over(mark, &children);
+                Ok(Some(
+                    self.save(
+                        self.derived(
+                            plan.abstract_id,
+                            Level::Abstract,
+                            text,
+                            children,
+                            spans,
+                            meta,
+                        )
+                        .await?,
+                        mark,
+                    )?,
+                ))
+            }
+            Err(e) => {
+                self.fail(
+                    plan.abstract_id,
+                    Level::Abstract,
+                    format!("{} abstract", plan.scope),
+                    e,
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// The text of each of `target`'s citations (a DETAILED or SUMMARY node), put together
+    /// from the FULL chunks beneath it. FULL nodes are content-addressed and immutable, so
+    /// a source replaced while the build runs cannot change what is read here (its text in
+    /// the store may already be the new one); a chunk that is gone fails this node only.
+    fn cited_text(&self, target: &Node) -> Result<Vec<String>> {
+        let fulls: Vec<NodeId> = match target.level {
+            Level::Detailed => target.children.clone(),
+            _ => {
+                let mut v = Vec::with_capacity(target.children.len());
+                for d in &target.children {
+                    let det = self.b.store.get_node(d)?.ok_or_else(|| {
+                        crate::Error::DataCorruption(format!("DETAILED node {d} is missing"))
+                    })?;
+                    v.extend(det.children);
+                }
+                v
+            }
+        };
+        let mut pieces: Vec<(Span, String)> = Vec::with_capacity(fulls.len());
+        for id in &fulls {
+            let n = self.b.store.get_node(id)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("FULL node {id} is missing"))
+            })?;
+            let span = n.citations.first().cloned().ok_or_else(|| {
+                crate::Error::DataCorruption(format!("FULL node {id} has no span"))
+            })?;
+            pieces.push((span, n.text));
+        }
+        pieces.sort_by(|a, b| (&a.0.source, a.0.start).cmp(&(&b.0.source, b.0.start)));
+        target
+            .citations
+            .iter()
+            .map(|span| {
+                let mut text = String::new();
+                let mut at = span.start;
+                for (p, t) in &pieces {
+                    if p.source == span.source && p.start == at && p.end <= span.end {
+                        text.push_str(t);
+                        at = p.end;
+                    }
+                }
+                if at != span.end {
+                    return Err(crate::Error::DataCorruption(format!(
+                        "the chunks of {} [{}..{}) are not all in the store (the source changed during the build?)",
+                        span.source, span.start, span.end
+                    )));
+                }
+                Ok(text)
+            })
+            .collect()
+    }
+
+    /// METADATA of `target`: tags extracted from the FULL text beneath it; for the ABSTRACT,
+    /// the tags that recur across its SUMMARYs' METADATA (re-reading the whole scope for
+    /// one node would cost as much as the rest of the build).
+    pub(super) async fn metadata(&self, target: &Node) -> Result<()> {
+        let Some(&id) = self.b.plan.metadata.get(&target.id) else {
+            return Ok(());
+        };
+        if self.cached(&id)?.is_some() {
+            return Ok(());
+        }
+        let tags = if target.level == Level::Abstract {
+            let mut children = Vec::new();
+            for c in &target.children {
+                let mid = self.b.plan.metadata.get(c).copied();
+                if let Some(n) = mid
+                    .map(|m| self.b.store.get_live(&m, self.b.now))
+                    .transpose()?
+                    .flatten()
+                    && let Some(t) = n.meta.tags
+                {
+                    children.push(t);
+                }
+            }
+            offline::merge_tags(&children, 16)
+        } else {
+            let texts = self.cited_text(target)?;
+            crate::model::spawn_cpu(move || {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                offline::tags(&refs, 12)
+            })
+            .await
+            .map_err(crate::Error::invalid)?
+        };
+        let mut meta = target.meta.clone();
+        let text = render_tags(&meta, &tags);
+        meta.tags = Some(tags);
+        // Tags come from the FULL text beneath, never from model output: no mark.
+        self.save(
+            self.derived(
+                id,
+                Level::Metadata,
+                text,
+                vec![target.id],
+                target.citations.clone(),
+                meta,
+            )
+            .await?,
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// A derived node (its text tokenised on rayon, not on the executor).
+    async fn derived(
+        &self,
+        id: NodeId,
+        level: Level,
+        text: String,
+        children: Vec<NodeId>,
+        citations: Vec<Span>,
+        meta: Meta,
+    ) -> Result<Node> {
+        let (text, tokens) = crate::model::spawn_cpu(move || {
+            let t = token::count(&text) as u32;
+            (text, t)
+        })
+        .await
+        .map_err(crate::Error::invalid)?;
+        Ok(Node {
+            id,
+            scope: self.b.plan.scope.clone(),
+            level,
+            tokens,
+            text,
+            children,
+            citations,
+            meta,
+            created_at: self.b.now,
+            expires_at: self.expires_at(),
+        })
+    }
+}
+
+pub(crate) fn merge_meta<'a>(metas: impl Iterator<Item = &'a Meta>) -> Meta {
+    let mut m = Meta::default();
+    for x in metas {
+        for r in &x.rounds {
+            if !m.rounds.contains(r) {
+                m.rounds.push(*r);
+            }
+        }
+        for s in &x.speakers {
+            if !m.speakers.contains(s) {
+                m.speakers.push(s.clone());
+            }
+        }
+        if m.headings.is_empty() {
+            m.headings = x.headings.clone();
+        }
+    }
+    m.rounds.sort_unstable();
+    m
+}
+
+fn render_tags(meta: &Meta, t: &crate::node::Tags) -> String {
+    let mut parts = Vec::new();
+    if !meta.speakers.is_empty() {
+        parts.push(format!("speakers: {}", meta.speakers.join(", ")));
+    }
+    if let (Some(a), Some(b)) = (meta.rounds.first(), meta.rounds.last()) {
+        parts.push(if a == b {
+            format!("round: {a}")
+        } else {
+            format!("rounds: {a}-{b}")
+        });
+    }
+    if !meta.headings.is_empty() {
+        parts.push(format!("section: {}", meta.headings.join(" › ")));
+    }
+    for (name, v) in [
+        ("entities", &t.entities),
+        ("numbers", &t.numbers),
+        ("dates", &t.dates),
+        ("keywords", &t.keywords),
+    ] {
+        if !v.is_empty() {
+            parts.push(format!("{name}: {}", v.join(", ")));
+        }
+    }
+    parts.join("; ")
+}
