@@ -33,10 +33,16 @@ use super::{
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
 use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
+
 use std::path::Path;
 
+mod keys;
 pub mod repair;
+mod tx;
+
+pub(crate) use keys::source_key;
+use keys::{deadline_of, embed_key, expiry_key, node_id};
+use tx::{NodeTx, TxResult, txn_err};
 
 /// The layout of the store (key schemes, trees). 1: `scope \0 source` keys (ambiguous);
 /// 2: length-prefixed keys, the pending-index set written with every node change.
@@ -77,55 +83,6 @@ pub struct SledBackend {
     unindexed: sled::Tree,
     embeddings: sled::Tree,
     fallbacks: sled::Tree,
-}
-
-/// The key of a source: the scope's length (4 bytes, big-endian), the scope, the source id.
-/// The length prefix makes the key unambiguous whatever bytes the two names hold (with a
-/// separator, `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key), and a scope's sources
-/// are still one prefix range.
-pub(crate) fn source_key(scope: &str, source: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(4 + scope.len() + source.len());
-    k.extend_from_slice(&(scope.len() as u32).to_be_bytes());
-    k.extend_from_slice(scope.as_bytes());
-    k.extend_from_slice(source.as_bytes());
-    k
-}
-
-fn embed_key(model: EmbedKey, id: &NodeId) -> [u8; 40] {
-    let mut k = [0u8; 40];
-    k[..8].copy_from_slice(&model.0);
-    k[8..].copy_from_slice(&id.0);
-    k
-}
-
-/// A sled transaction's error as ours (no transaction of ours aborts on purpose).
-fn txn_err(what: &str) -> impl FnOnce(TransactionError<()>) -> Error + '_ {
-    move |e| match e {
-        TransactionError::Storage(e) => Error::from(e),
-        TransactionError::Abort(()) => Error::DataCorruption(format!("{what} aborted")),
-    }
-}
-
-/// The bytes of a deadline in the `deadlines` tree (`u64::MAX`: never).
-fn deadline_of(v: &[u8], id: &NodeId) -> Result<u64> {
-    let b: [u8; 8] = v
-        .try_into()
-        .map_err(|_| Error::DataCorruption(format!("deadline of {id} is not 8 bytes")))?;
-    Ok(u64::from_be_bytes(b))
-}
-
-fn expiry_key(at: u64, id: &NodeId) -> [u8; 40] {
-    let mut k = [0u8; 40];
-    k[..8].copy_from_slice(&at.to_be_bytes());
-    k[8..].copy_from_slice(&id.0);
-    k
-}
-
-fn node_id(k: &[u8], what: &str) -> Result<NodeId> {
-    let arr: [u8; 32] = k
-        .try_into()
-        .map_err(|_| Error::DataCorruption(format!("{what} key is not 32 bytes")))?;
-    Ok(NodeId(arr))
 }
 
 impl SledBackend {
@@ -575,70 +532,6 @@ impl Backend for SledBackend {
 
     fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
-    }
-}
-
-/// The node trees inside one transaction: a node, its deadline, its expiry entry, its
-/// pending-index mark and its fallback mark always change together.
-struct NodeTx<'a> {
-    nodes: &'a TransactionalTree,
-    expiry: &'a TransactionalTree,
-    deadlines: &'a TransactionalTree,
-    unindexed: &'a TransactionalTree,
-    fallbacks: &'a TransactionalTree,
-}
-
-type TxResult<T> = std::result::Result<T, ConflictableTransactionError<()>>;
-
-impl NodeTx<'_> {
-    fn old_deadline(&self, id: &NodeId) -> TxResult<Option<u64>> {
-        match self.deadlines.get(id.0)? {
-            Some(v) => Ok(Some(
-                deadline_of(&v, id).map_err(|_| ConflictableTransactionError::Abort(()))?,
-            )),
-            None => Ok(None),
-        }
-    }
-
-    fn mark_pending(&self, id: &NodeId) -> TxResult<()> {
-        let g = self.unindexed.generate_id()?;
-        self.unindexed.insert(&id.0[..], &g.to_be_bytes()[..])?;
-        Ok(())
-    }
-
-    fn put(&self, node: &Node, value: &[u8], mark: Option<&[u8]>) -> TxResult<()> {
-        if let Some(old_at) = self.old_deadline(&node.id)?
-            && old_at != u64::MAX
-        {
-            self.expiry.remove(&expiry_key(old_at, &node.id)[..])?;
-        }
-        let deadline = node.expires_at.unwrap_or(u64::MAX);
-        self.nodes.insert(&node.id.0[..], value)?;
-        self.deadlines
-            .insert(&node.id.0[..], &deadline.to_be_bytes()[..])?;
-        if let Some(at) = node.expires_at {
-            self.expiry.insert(&expiry_key(at, &node.id)[..], &[][..])?;
-        }
-        match mark {
-            Some(m) => self.fallbacks.insert(&node.id.0[..], m)?,
-            None => self.fallbacks.remove(&node.id.0[..])?,
-        };
-        self.mark_pending(&node.id)
-    }
-
-    fn remove(&self, id: &NodeId) -> TxResult<bool> {
-        if let Some(at) = self.old_deadline(id)?
-            && at != u64::MAX
-        {
-            self.expiry.remove(&expiry_key(at, id)[..])?;
-        }
-        self.deadlines.remove(&id.0[..])?;
-        self.fallbacks.remove(&id.0[..])?;
-        let existed = self.nodes.remove(&id.0[..])?.is_some();
-        if existed {
-            self.mark_pending(id)?;
-        }
-        Ok(existed)
     }
 }
 
