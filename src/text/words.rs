@@ -1,0 +1,193 @@
+//! Content words: stop words, the words that decide retrieval, term counts.
+
+use std::collections::BTreeMap;
+use unicode_segmentation::UnicodeSegmentation;
+
+/// Common English function words: never keywords, never decide retrieval.
+pub fn is_stopword(w: &str) -> bool {
+    const STOP: &[&str] = &[
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "upon",
+        "us",
+        "let",
+        "one",
+        "said",
+        "says",
+        "say",
+        "tell",
+        "told",
+        "did",
+        "does",
+        "doesn",
+        "don",
+        "didn",
+        "won",
+        "isn",
+        "aren",
+        "wasn",
+        "s",
+        "t",
+        "ll",
+        "re",
+        "ve",
+        "d",
+        "m",
+    ];
+    static SET: std::sync::OnceLock<std::collections::HashSet<&'static str>> =
+        std::sync::OnceLock::new();
+    SET.get_or_init(|| STOP.iter().copied().collect())
+        .contains(w)
+}
+
+/// Lower-cased content words of `text` (no stop words, no single letters).
+pub fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.unicode_words().filter_map(|w| {
+        let lw = w.to_lowercase();
+        let digit = lw.chars().all(|c| c.is_ascii_digit());
+        if (lw.chars().count() < 2 && !digit) || is_stopword(&lw) {
+            None
+        } else {
+            Some(lw)
+        }
+    })
+}
+
+/// Term frequencies of content words, in a fixed (sorted) order so that float sums over
+/// them are the same in every process.
+pub fn term_counts(text: &str) -> BTreeMap<String, u32> {
+    let mut m = BTreeMap::new();
+    for w in content_words(text) {
+        *m.entry(w).or_insert(0) += 1;
+    }
+    m
+}
