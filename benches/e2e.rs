@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use strata::build::BuildReport;
+use strata::BuildReport;
 use strata::source::{self, InputFile, Turn};
 use strata::store::ScopeKind;
 use strata::{Config, Engine, Level, LevelChoice, NoProgress, Progress, unix_now};

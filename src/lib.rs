@@ -24,34 +24,36 @@
 //! # Ok(()) }
 //! ```
 
-pub mod build;
+#![warn(unreachable_pub)]
+
+mod build;
 pub mod chunk;
-pub mod clock;
+mod clock;
 pub mod config;
-pub mod context;
-pub(crate) mod corpus;
+mod context;
+mod corpus;
 pub mod disk;
-pub mod engine;
-pub mod error;
+mod engine;
+mod error;
 #[cfg(feature = "eval")]
 pub mod eval;
 pub mod expire;
-pub mod hybrid;
-pub mod id;
-pub mod index;
-pub mod jobs;
-pub mod level;
-pub mod metrics;
+mod hybrid;
+mod id;
+mod index;
+mod jobs;
+mod level;
+mod metrics;
 pub mod model;
-pub mod navigate;
+mod navigate;
 pub mod node;
 pub mod plan;
-pub mod progress;
+mod progress;
 pub mod server;
 pub mod source;
 pub mod store;
 pub use store::sled::repair;
-pub mod text;
+mod text;
 pub mod token;
 
 pub use build::BuildReport;
