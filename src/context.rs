@@ -84,7 +84,7 @@ const OVERVIEW: usize = 0;
 
 /// The one rule for a window's budget: at least one token. Entry points call it before
 /// they build anything; [`window`] calls it too.
-pub fn check_budget(budget: usize) -> Result<()> {
+pub(crate) fn check_budget(budget: usize) -> Result<()> {
     if budget == 0 {
         return Err(Error::invalid("the budget must be at least 1 token"));
     }

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 /// Priority of build-time embedding calls in the shared limiter: after every compression
 /// call and every navigation call.
-pub const PRIORITY_EMBED_BUILD: u8 = 0;
+pub(crate) const PRIORITY_EMBED_BUILD: u8 = 0;
 
 /// What the embedding step of a build did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -54,7 +54,7 @@ pub struct EmbedReport {
 /// a vector: batches of `embedder.batch()`, up to `concurrency` requests in flight (under
 /// the model's shared limiter). The first batch goes alone: when it finds the server down,
 /// the others are not sent. Failures are data; only store errors are errors.
-pub async fn embed_plan(
+pub(crate) async fn embed_plan(
     store: &Store,
     embedder: &dyn Embedder,
     levels: &[Level],
@@ -158,13 +158,18 @@ pub async fn embed_plan(
 /// Reciprocal-rank fusion: each item scores Σ 1 / (k + rank) over the lists it is in
 /// (ranks from 1; a repeat within one list counts once). Best first; ties go to the item
 /// with the better single rank, then the smaller item. At most `limit` items.
-pub fn rrf<T: Copy + Eq + Hash + Ord>(lists: &[&[T]], k: f64, limit: usize) -> Vec<(T, f64)> {
+#[cfg(test)]
+pub(crate) fn rrf<T: Copy + Eq + Hash + Ord>(
+    lists: &[&[T]],
+    k: f64,
+    limit: usize,
+) -> Vec<(T, f64)> {
     let weighted: Vec<(&[T], f64)> = lists.iter().map(|l| (*l, 1.0)).collect();
     rrf_weighted(&weighted, k, limit)
 }
 
 /// [`rrf`] with a weight per list: score = Σ weight / (k + rank).
-pub fn rrf_weighted<T: Copy + Eq + Hash + Ord>(
+pub(crate) fn rrf_weighted<T: Copy + Eq + Hash + Ord>(
     lists: &[(&[T], f64)],
     k: f64,
     limit: usize,
@@ -187,7 +192,7 @@ pub fn rrf_weighted<T: Copy + Eq + Hash + Ord>(
 
 /// The dense side of one query: the embedder, the vectors of the texts searched for, and
 /// the node vectors read so far.
-pub struct Dense {
+pub(crate) struct Dense {
     embedder: Arc<dyn Embedder>,
     key: EmbedKey,
     levels: Vec<Level>,
@@ -202,15 +207,14 @@ pub struct Dense {
 }
 
 /// The outcome of one dense ranking, for the trajectory.
-pub struct DenseHits {
+pub(crate) struct DenseHits {
     pub hits: Vec<(NodeId, f32)>,
     /// Candidates that had a vector.
     pub with_vectors: usize,
-    pub candidates: usize,
 }
 
 impl Dense {
-    pub fn new(embedder: Arc<dyn Embedder>, cfg: &crate::config::EmbedConfig) -> Dense {
+    pub(crate) fn new(embedder: Arc<dyn Embedder>, cfg: &crate::config::EmbedConfig) -> Dense {
         Dense {
             key: EmbedKey::of(&embedder.identity()),
             embedder,
@@ -233,28 +237,28 @@ impl Dense {
     }
 
     /// Levels whose nodes have vectors.
-    pub fn levels(&self) -> &[Level] {
+    pub(crate) fn levels(&self) -> &[Level] {
         &self.levels
     }
 
-    pub fn rrf_k(&self) -> f64 {
+    pub(crate) fn rrf_k(&self) -> f64 {
         self.k
     }
 
     /// The dense ranking's weight in the fusion.
-    pub fn weight(&self) -> f64 {
+    pub(crate) fn weight(&self) -> f64 {
         self.weight
     }
 
     /// Why query embedding failed, if it did.
-    pub fn failure(&self) -> Option<&str> {
+    pub(crate) fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
     }
 
     /// Embeds `text` (once per query; not again after a failure). `question` marks the
     /// text whose vector stands in for greps of texts that were not embedded. Returns the
     /// error of this attempt.
-    pub async fn embed_query(&mut self, text: &str, question: bool) -> Option<String> {
+    pub(crate) async fn embed_query(&mut self, text: &str, question: bool) -> Option<String> {
         if question {
             self.question = Some(text.to_string());
         }
@@ -284,7 +288,7 @@ impl Dense {
     }
 
     /// The vector to search with for `pattern`: its own, else the question's.
-    pub fn query_vector(&self, pattern: &str) -> Option<Arc<Vec<f32>>> {
+    pub(crate) fn query_vector(&self, pattern: &str) -> Option<Arc<Vec<f32>>> {
         self.queries.get(pattern).cloned().or_else(|| {
             self.question
                 .as_ref()
@@ -303,7 +307,7 @@ impl Dense {
 
     /// `candidates` ranked by cosine similarity to `query` (above `min_similarity`), best
     /// first, at most `limit`. Candidates without a vector are left out.
-    pub fn rank(
+    pub(crate) fn rank(
         &mut self,
         store: &Store,
         query: &[f32],
@@ -325,11 +329,7 @@ impl Dense {
         }
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         hits.truncate(limit);
-        Ok(DenseHits {
-            hits,
-            with_vectors,
-            candidates: candidates.len(),
-        })
+        Ok(DenseHits { hits, with_vectors })
     }
 }
 

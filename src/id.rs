@@ -10,26 +10,26 @@
 use crate::error::{Error, Result};
 
 /// Longest scope name (bytes): a debate id or a collection name, not a document.
-pub const MAX_SCOPE_BYTES: usize = 200;
+pub(crate) const MAX_SCOPE_BYTES: usize = 200;
 
 /// Longest source id (bytes): a file path as given, or `scope#turn-N`.
-pub const MAX_SOURCE_BYTES: usize = 1024;
+pub(crate) const MAX_SOURCE_BYTES: usize = 1024;
 
 /// Longest speaker name (bytes).
-pub const MAX_SPEAKER_BYTES: usize = 200;
+pub(crate) const MAX_SPEAKER_BYTES: usize = 200;
 
 /// Checks a scope name (also a debate id).
-pub fn scope(name: &str) -> Result<()> {
+pub(crate) fn scope(name: &str) -> Result<()> {
     check("scope name", name, MAX_SCOPE_BYTES)
 }
 
 /// Checks a source id (a document's path as given, a debate turn's id).
-pub fn source(id: &str) -> Result<()> {
+pub(crate) fn source(id: &str) -> Result<()> {
     check("source id", id, MAX_SOURCE_BYTES)
 }
 
 /// Checks a speaker's name.
-pub fn speaker(name: &str) -> Result<()> {
+pub(crate) fn speaker(name: &str) -> Result<()> {
     check("speaker", name, MAX_SPEAKER_BYTES)
 }
 

@@ -54,11 +54,11 @@ fn schema() -> (Schema, Fields) {
 const COVERAGE_WEIGHT: f64 = 1.0;
 
 /// How much more a name in the question weighs than another word.
-pub const NAME_BOOST: f64 = 2.0;
+pub(crate) const NAME_BOOST: f64 = 2.0;
 
 /// A BM25 hit.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Hit {
+pub(crate) struct Hit {
     pub id: NodeId,
     pub score: f32,
 }

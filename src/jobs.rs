@@ -85,7 +85,7 @@ pub struct Jobs {
 }
 
 /// Called when a job changes state (metrics).
-pub type JobHook = Arc<dyn Fn(&Job, Option<&BuildReport>) + Send + Sync>;
+pub(crate) type JobHook = Arc<dyn Fn(&Job, Option<&BuildReport>) + Send + Sync>;
 
 impl Jobs {
     /// Opens the queue. Jobs left `running` by a previous process were interrupted: they
@@ -222,7 +222,7 @@ impl Jobs {
 
 /// Settings of the worker pool.
 #[derive(Clone, Debug)]
-pub struct WorkerConfig {
+pub(crate) struct WorkerConfig {
     pub workers: usize,
     /// A warming job rebuilds nodes that expire within this many seconds.
     pub warm_horizon_secs: u64,
@@ -233,7 +233,7 @@ pub struct WorkerConfig {
 
 /// Starts `cfg.workers` workers. They stop when `shutdown` becomes true: each finishes
 /// its running job within the grace period or parks it.
-pub fn spawn_workers(
+pub(crate) fn spawn_workers(
     engine: Arc<Engine>,
     jobs: Arc<Jobs>,
     cfg: WorkerConfig,

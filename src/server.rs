@@ -2,9 +2,10 @@
 //! to [`Engine`] calls and back; CPU and disk work runs on blocking threads, never on the
 //! async executor's.
 
+use crate::clock::unix_now;
 use crate::config::{QueryConfig, ServerConfig};
 use crate::context::{ContextWindow, LevelChoice};
-use crate::engine::{Engine, unix_now};
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::expire::{spawn_sweeper, system_clock};
 use crate::jobs::{Job, JobKind, JobState, Jobs, WorkerConfig, spawn_workers};

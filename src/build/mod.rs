@@ -118,7 +118,7 @@ struct Run<'a> {
 
 impl Builder<'_> {
     /// Runs the build. Returns the report and the nodes it built (for the index).
-    pub async fn run(&self) -> Result<(BuildReport, Vec<Node>)> {
+    pub(crate) async fn run(&self) -> Result<(BuildReport, Vec<Node>)> {
         let t0 = Instant::now();
         let marking = self.model.identity() != self.fallback.identity();
         let run = Run {

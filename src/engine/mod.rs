@@ -25,8 +25,6 @@ use crate::store::{ScopeRecord, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use crate::clock::unix_now;
-
 pub struct Engine {
     store: Store,
     index: Index,

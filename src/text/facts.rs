@@ -20,24 +20,21 @@ const MONTHS: &[&str] = &[
 
 /// The facts a sentence carries: numbers, dates and named entities, as they are written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub numbers: Vec<String>,
     pub dates: Vec<String>,
     pub entities: Vec<String>,
 }
 
 impl Facts {
-    pub fn is_empty(&self) -> bool {
-        self.numbers.is_empty() && self.dates.is_empty() && self.entities.is_empty()
-    }
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.numbers.len() + self.dates.len() + self.entities.len()
     }
 }
 
 /// Extracts numbers ("1,200", "38%", "$1.2"), dates ("March 2031", "1862") and named
 /// entities (runs of capitalised words not at the start of a sentence).
-pub fn facts(sentence: &str) -> Facts {
+pub(crate) fn facts(sentence: &str) -> Facts {
     let mut f = Facts::default();
     let words: Vec<(usize, &str)> = sentence.split_word_bound_indices().collect();
     let mut i = 0;

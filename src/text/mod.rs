@@ -7,20 +7,20 @@ use unicode_segmentation::UnicodeSegmentation;
 mod facts;
 mod words;
 
-pub use facts::{Facts, facts};
-pub use words::{content_words, is_stopword, term_counts};
+pub(crate) use facts::facts;
+pub(crate) use words::{content_words, is_stopword, term_counts};
 
 /// A sentence of some text, as byte offsets into it (trailing whitespace included, so the
 /// sentences of a text tile it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SentenceSpan {
+pub(crate) struct SentenceSpan {
     pub start: usize,
     pub end: usize,
 }
 
 /// Splits `text` into sentences (Unicode sentence boundaries) that tile it exactly.
 /// Fragments too short to stand alone (e.g. after "Mr.") are merged into the previous one.
-pub fn sentences(text: &str) -> Vec<SentenceSpan> {
+pub(crate) fn sentences(text: &str) -> Vec<SentenceSpan> {
     match Squeezed::new(text) {
         None => merge_fragments(
             text,

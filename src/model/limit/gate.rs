@@ -69,7 +69,7 @@ impl Drop for Waiting {
 }
 
 impl Gate {
-    pub fn new(permits: usize) -> Gate {
+    pub(super) fn new(permits: usize) -> Gate {
         Gate(Arc::new(Mutex::new(GateState {
             available: permits,
             held: 0,
@@ -78,11 +78,11 @@ impl Gate {
         })))
     }
 
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.0.lock().expect("poisoned").held
     }
 
-    pub async fn acquire(&self, priority: u8) -> Permit {
+    pub(super) async fn acquire(&self, priority: u8) -> Permit {
         let rx = {
             let mut s = self.0.lock().expect("poisoned");
             if s.available > 0 {
