@@ -38,7 +38,12 @@ pub struct QueryResult {
     pub confidence: f64,
     pub citations: Vec<Citation>,
     pub iterations: u32,
+    /// How the navigation went, step by step (notes, narrowing, refinements).
     pub refinement_history: Vec<String>,
+    /// Earlier answers a later one replaced, oldest first (the HTTP API's aragora-style
+    /// `refinement_history`; `iteration` = their number). Not in the CLI's JSON.
+    #[serde(skip)]
+    pub drafts: Vec<String>,
     pub nodes_examined: Vec<String>,
     pub sub_calls_made: u32,
     pub tokens_processed: u64,
