@@ -6,7 +6,9 @@ use std::ops::{Index, IndexMut};
 use std::str::FromStr;
 
 /// An abstraction level. The numeric value is part of every node id and of the index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// The source text of one chunk, verbatim. Ground truth; never expires.

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod build;
+pub mod built;
 pub mod chunk;
 pub mod config;
 pub mod context;

@@ -14,7 +14,7 @@ pub(crate) use offline::offline;
 use serde::Serialize;
 
 /// One cited source span. `quote == source_text[start..end]`, always.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Citation {
     pub source: String,
     pub start: u64,
@@ -24,7 +24,7 @@ pub struct Citation {
     pub speaker: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Step {
     pub action: String,
     pub detail: String,
