@@ -322,7 +322,9 @@ impl Metrics {
             a.refinement_iterations
                 .with_label_values(&s)
                 .observe(r.iterations as f64);
-            a.refinement_duration.with_label_values(&s).observe(q.seconds);
+            a.refinement_duration
+                .with_label_values(&s)
+                .observe(q.seconds);
             if r.ready {
                 a.refinement_success.with_label_values(&s).inc();
             } else {

@@ -75,7 +75,8 @@ fn upper(level: Level) -> String {
 pub(super) fn source_type(kind: ScopeKind, sources: &[String]) -> &'static str {
     match kind {
         ScopeKind::Debate => "debate",
-        ScopeKind::Doc if sources.len() == 1 && sources[0] == "code" => "code",
+        // A context `/rlm/compress` made from code: its one source is `ctx_….code`.
+        ScopeKind::Doc if sources.len() == 1 && sources[0].ends_with(".code") => "code",
         ScopeKind::Doc => "text",
     }
 }
@@ -307,13 +308,10 @@ async fn run_query(
     let (st, sc, q, qcfg) = (s.clone(), scopes, question.clone(), cfg.clone());
     let handle = tokio::runtime::Handle::current();
     let r = blocking(move || {
-        Ok(handle.block_on(st.engine.query_with(
-            &sc,
-            &q,
-            &qcfg,
-            now,
-            &crate::build::NoProgress,
-        ))?)
+        Ok(handle.block_on(
+            st.engine
+                .query_with(&sc, &q, &qcfg, now, &crate::build::NoProgress),
+        )?)
     })
     .await?;
     let seconds = t0.elapsed().as_secs_f64();
@@ -521,7 +519,11 @@ pub(super) fn wait_param(params: &HashMap<String, String>) -> ApiResult<u64> {
 }
 
 /// Schedules a build of `scope` and waits (at most `wait` seconds) for it to end.
-pub(super) async fn build_and_wait(s: &Arc<AppState>, scope: &str, wait: u64) -> ApiResult<(Job, bool)> {
+pub(super) async fn build_and_wait(
+    s: &Arc<AppState>,
+    scope: &str,
+    wait: u64,
+) -> ApiResult<(Job, bool)> {
     let (job, coalesced) = schedule(s, scope)?;
     let job = if wait > 0 {
         s.jobs
@@ -630,7 +632,12 @@ pub(super) async fn compress(
 }
 
 /// Records a finished build under aragora's compression metrics (the job hook).
-pub(super) fn observe_job(engine: &Engine, m: &Metrics, job: &Job, report: Option<&crate::BuildReport>) {
+pub(super) fn observe_job(
+    engine: &Engine,
+    m: &Metrics,
+    job: &Job,
+    report: Option<&crate::BuildReport>,
+) {
     let success = match (job.state, report) {
         (JobState::Done, Some(_)) => true,
         (JobState::Failed, _) => false,
@@ -717,6 +724,8 @@ pub(super) async fn context(
     check_debate_id(&matched, &id)?;
     let t0 = Instant::now();
     let choice: LevelChoice = level.parse()?;
+    // The level as asked for (aragora's RAW stays RAW), upper case.
+    let level_name = level.to_ascii_uppercase();
     let budget: Option<usize> = match params.get("budget") {
         Some(b) => {
             let b = b
@@ -770,7 +779,6 @@ pub(super) async fn context(
         Ok((w, nodes))
     })
     .await?;
-    let level_name = window.level.to_ascii_uppercase();
     s.metrics.observe_query_as(
         &QueryEvent {
             query_type: QUERY_TYPES[3],
@@ -823,7 +831,7 @@ pub(super) struct RefinementStatus {
 }
 
 /// Where a debate's refinement stands (GET; aragora's SDK also POSTs).
-#[utoipa::path(get, path = "/api/v1/debates/{id}/refinement-status", tag = "rlm",
+#[utoipa::path(method(get, post), path = "/api/v1/debates/{id}/refinement-status", tag = "rlm",
     params(("id" = String, Path, description = "The debate")),
     responses((status = 200, description = "The status", body = RefinementStatus)))]
 pub(super) async fn refinement_status(

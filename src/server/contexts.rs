@@ -121,19 +121,22 @@ pub(super) async fn compress(
     let hash = blake3::hash(format!("{source_type}\n{}", req.content).as_bytes());
     let id = format!("ctx_{}", &hash.to_hex()[..16]);
     let wait = super::aragora::wait_param(&params)?;
+    // The source is named after the context: node ids hash the source id, and two
+    // contexts must not share a node.
     let (st, scope, kind) = (s.clone(), id.clone(), source_type.clone());
+    let name = format!("{id}.{source_type}");
     blocking(move || {
         let file = if kind == "debate" {
-            let sources = source::debate(&kind, &req.content)?;
+            let sources = source::debate(&name, &req.content)?;
             InputFile {
-                path: kind.clone().into(),
+                path: name.clone().into(),
                 kind: ScopeKind::Debate,
                 bytes: req.content.len() as u64,
                 sources,
             }
         } else {
-            let input = source::document(&kind, req.content)?;
-            InputFile::single(ScopeKind::Doc, &kind, input)
+            let input = source::document(&name, req.content)?;
+            InputFile::single(ScopeKind::Doc, &name, input)
         };
         Ok(st.engine.ingest(&scope, &[file], unix_now())?)
     })
@@ -228,7 +231,12 @@ pub(super) struct ContextList {
     offset: usize,
 }
 
-fn int_param(params: &HashMap<String, String>, name: &str, default: usize, max: usize) -> ApiResult<usize> {
+fn int_param(
+    params: &HashMap<String, String>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> ApiResult<usize> {
     match params.get(name) {
         None => Ok(default),
         Some(v) => v
@@ -499,7 +507,12 @@ pub(super) async fn stream(
     ApiJson(req): ApiJson<StreamRequest>,
 ) -> ApiResult<Json<StreamResponse>> {
     let mode = req.mode.clone().unwrap_or_else(|| "top_down".into());
-    let down = [Level::Abstract, Level::Summary, Level::Detailed, Level::Full];
+    let down = [
+        Level::Abstract,
+        Level::Summary,
+        Level::Detailed,
+        Level::Full,
+    ];
     let from: Option<Level> = req.level.as_deref().map(str::parse).transpose()?;
     let levels: Vec<Level> = match mode.as_str() {
         "top_down" | "progressive" => down
@@ -774,12 +787,18 @@ pub(super) struct RlmStatus {
 }
 
 /// What this server offers (GET; aragora's SDK POSTs).
-#[utoipa::path(get, path = "/api/v1/rlm/status", tag = "rlm-contexts",
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/status", tag = "rlm-contexts",
     responses((status = 200, description = "The status", body = RlmStatus)))]
 pub(super) async fn status(State(s): State<Arc<AppState>>) -> Json<RlmStatus> {
-    let mut features: Vec<String> = ["compression", "queries", "refinement", "streaming", "citations"]
-        .map(String::from)
-        .to_vec();
+    let mut features: Vec<String> = [
+        "compression",
+        "queries",
+        "refinement",
+        "streaming",
+        "citations",
+    ]
+    .map(String::from)
+    .to_vec();
     if !s.engine.config().model.root.is_empty() && s.engine.config().model.root != "offline" {
         features.push("root_model".into());
     }
@@ -838,7 +857,7 @@ pub(super) struct RlmDashboard {
 }
 
 /// aragora's dashboard numbers (GET; aragora's SDK POSTs).
-#[utoipa::path(get, path = "/api/v1/metrics/rlm", tag = "rlm-contexts",
+#[utoipa::path(method(get, post), path = "/api/v1/metrics/rlm", tag = "rlm-contexts",
     responses((status = 200, description = "The numbers", body = RlmDashboard)))]
 pub(super) async fn dashboard(State(s): State<Arc<AppState>>) -> Json<RlmDashboard> {
     let a = &s.metrics.aragora;

@@ -4,12 +4,12 @@
 //! a form content type), and an empty body is `{}` where the route allows it.
 
 use super::ApiError;
+use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::Json;
-use axum::extract::rejection::JsonRejection;
 use serde::de::DeserializeOwned;
 
 /// `Path<T>` with a problem-details rejection.

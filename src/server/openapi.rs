@@ -183,12 +183,18 @@ impl utoipa::Modify for Bearer {
 
 /// Errors every operation may answer with.
 const ERRORS: [(&str, &str); 7] = [
-    ("400", "Bad input (a bad id, level, strategy, budget or body)"),
+    (
+        "400",
+        "Bad input (a bad id, level, strategy, budget or body)",
+    ),
     ("401", "A token is configured and the request lacks it"),
     ("404", "No such scope, job or context"),
     ("405", "The route does not take that method"),
     ("413", "The body is larger than server.body_limit_bytes"),
-    ("422", "The body is JSON of the wrong shape (unknown field, wrong type)"),
+    (
+        "422",
+        "The body is JSON of the wrong shape (unknown field, wrong type)",
+    ),
     ("500", "The server failed"),
 ];
 
@@ -246,15 +252,16 @@ fn operation_id(method: &str, path: &str) -> String {
 /// The methods a concrete path is served with (empty: no such route).
 pub(crate) fn methods_of(path: &str) -> Vec<&'static str> {
     let matches = |template: &str| {
-        let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
+        let (t, p): (Vec<&str>, Vec<&str>) =
+            (template.split('/').collect(), path.split('/').collect());
         t.len() == p.len()
             && t.iter()
                 .zip(&p)
                 .all(|(t, p)| (t.starts_with('{') && !p.is_empty()) || t == p)
     };
-    let prefixed = ROUTES.iter().flat_map(|r| {
-        ["/api/v1", "/api"].map(|prefix| (format!("{prefix}{}", r.path), r.methods))
-    });
+    let prefixed = ROUTES
+        .iter()
+        .flat_map(|r| ["/api/v1", "/api"].map(|prefix| (format!("{prefix}{}", r.path), r.methods)));
     let others = OTHER_ROUTES.iter().map(|(p, m)| (p.to_string(), *m));
     prefixed
         .chain(others)

@@ -208,7 +208,11 @@ fn by_reading(
             .push("no summary that was read matches the question".into());
         return Ok(false);
     }
-    ex.narrow_to(ranked, groups, "read the summaries, kept the groups that match");
+    ex.narrow_to(
+        ranked,
+        groups,
+        "read the summaries, kept the groups that match",
+    );
     let kept: Vec<(NodeId, f32)> = ex.working.clone();
     let mut chunks: Vec<(NodeId, f32)> = Vec::new();
     for (rank, (g, s)) in kept.iter().enumerate() {
@@ -274,7 +278,11 @@ fn per_partition(
         return Ok(false);
     }
     ex.working = all_chunks(ex).into_iter().map(|id| (id, 0.0)).collect();
-    ex.narrow_to(winners, keep, "partition_map kept the best chunk of each group");
+    ex.narrow_to(
+        winners,
+        keep,
+        "partition_map kept the best chunk of each group",
+    );
     Ok(true)
 }
 
