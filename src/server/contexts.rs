@@ -549,7 +549,7 @@ pub(super) async fn stream(
         let matching: Option<HashSet<String>> = match &query {
             Some(q) if !q.trim().is_empty() => Some(
                 st.engine
-                    .grep(&[context_id.clone()], q, &levels, 1000, now)?
+                    .grep(std::slice::from_ref(&context_id), q, &levels, 1000, now)?
                     .into_iter()
                     .map(|h| h.id)
                     .collect(),
