@@ -25,7 +25,7 @@ impl std::str::FromStr for LevelChoice {
         } else {
             s.parse().map(LevelChoice::Fixed).map_err(|_| {
                 Error::invalid(format!(
-                    "unknown level `{s}`: expected full, detailed, summary, abstract, metadata or auto"
+                    "unknown level `{s}`: expected full (or raw), detailed, summary, abstract, metadata or auto"
                 ))
             })
         }

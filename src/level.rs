@@ -6,7 +6,19 @@ use std::ops::{Index, IndexMut};
 use std::str::FromStr;
 
 /// An abstraction level. The numeric value is part of every node id and of the index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// The source text of one chunk, verbatim. Ground truth; never expires.
@@ -58,13 +70,17 @@ impl fmt::Display for Level {
 impl FromStr for Level {
     type Err = crate::Error;
     fn from_str(s: &str) -> crate::Result<Level> {
-        let l = s.trim().to_ascii_lowercase();
+        let mut l = s.trim().to_ascii_lowercase();
+        // aragora's name for the source text.
+        if l == "raw" {
+            l = "full".into();
+        }
         Level::ALL
             .into_iter()
             .find(|lv| lv.name() == l || lv.as_u8().to_string() == l)
             .ok_or_else(|| {
                 crate::Error::invalid(format!(
-                    "unknown level `{s}`: expected full, detailed, summary, abstract or metadata (or 0-4)"
+                    "unknown level `{s}`: expected full (or raw), detailed, summary, abstract or metadata (or 0-4)"
                 ))
             })
     }

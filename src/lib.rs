@@ -27,6 +27,7 @@
 #![warn(unreachable_pub)]
 
 mod build;
+mod built;
 pub mod chunk;
 mod clock;
 pub mod config;

@@ -182,9 +182,10 @@ impl Plan {
         self.chunks.len() + self.groups.len() + 1 + self.metadata.len()
     }
 
-    /// The ids of the tree's nodes at `level`, in reading order (METADATA sorted by id).
+    /// The ids of the tree's nodes at `level`, each once, in reading order (METADATA
+    /// sorted by id).
     pub fn ids_at(&self, level: Level) -> Vec<NodeId> {
-        match level {
+        let ids: Vec<NodeId> = match level {
             Level::Full => self.chunks.iter().map(|c| c.full).collect(),
             Level::Detailed => self.chunks.iter().map(|c| c.detailed).collect(),
             Level::Summary => self.groups.iter().map(|g| g.summary).collect(),
@@ -194,7 +195,9 @@ impl Plan {
                 v.sort();
                 v
             }
-        }
+        };
+        let mut seen = std::collections::HashSet::new();
+        ids.into_iter().filter(|id| seen.insert(*id)).collect()
     }
 
     /// Every node id of the tree, FULL included.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use std::path::{Path, PathBuf};
 
 /// One debate turn as a debate runner sends it: a JSON object with exactly these fields.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Turn {
     pub round: u32,
     pub speaker: String,

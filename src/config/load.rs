@@ -78,8 +78,10 @@ impl Config {
         if self.build.concurrency == 0 {
             return bad("build.concurrency must be at least 1");
         }
-        if self.query.max_iterations == 0 || self.query.min_keep == 0 {
-            return bad("query.max_iterations and query.min_keep must be at least 1");
+        if self.query.max_iterations == 0 || self.query.min_keep == 0 || self.query.max_nodes == 0 {
+            return bad(
+                "query.max_iterations, query.min_keep and query.max_nodes must be at least 1",
+            );
         }
         ModelSpec::parse(&self.model.sub).map_err(|e| Error::Config(format!("model.sub: {e}")))?;
         ModelSpec::parse(&self.model.root)

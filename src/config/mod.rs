@@ -154,35 +154,87 @@ pub struct QueryConfig {
     /// Confidence at or above which an answer is `ready`.
     pub ready_threshold: f64,
     /// Where navigation starts: `abstract` (read the overview first), `metadata` or
-    /// `summary` (go straight to the groups).
+    /// `summary` (go straight to the groups), `detailed` (rank every chunk, no groups) or
+    /// `full` (search the chunks' text only).
     pub start_level: crate::level::Level,
     /// `auto`: the LLM navigator when `model.root` is set, else the offline one;
-    /// `offline`: always the offline (BM25) navigator.
+    /// `offline`: always the offline (BM25) navigator; `peek`, `grep`, `partition_map`,
+    /// `summarize`, `hierarchical`: see [`Strategy`].
     pub strategy: Strategy,
+    /// Nodes one search of the navigator may return (aragora's `max_nodes`).
+    pub max_nodes: usize,
 }
 
-/// Which navigator answers a query. Parsed once, from the same strings in the config file,
-/// `STRATA_QUERY_STRATEGY` and an HTTP query's `strategy`.
+/// How a query explores the tree. Parsed once, from the same strings in the config file,
+/// `STRATA_QUERY_STRATEGY` and an HTTP query's `strategy` (aragora's names included).
+/// Every strategy but `offline` uses the LLM navigator when `model.root` is set (its first
+/// step is the strategy's primitive), else the offline navigator's variant of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", try_from = "String")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Strategy {
-    /// The LLM navigator when `model.root` is set, else the offline one.
+    /// The LLM navigator when `model.root` is set, else the offline descent
+    /// (`hierarchical`).
     #[default]
     Auto,
-    /// Always the offline (BM25) navigator.
+    /// Always the offline (BM25) navigator, its hierarchical descent.
     Offline,
+    /// Read first: the overview and every group's SUMMARY are read, groups are chosen by
+    /// what was read, then their chunks are read whole.
+    Peek,
+    /// Search first: one flat search over every chunk (DETAILED and FULL), no descent.
+    Grep,
+    /// Each group is a partition searched on its own (map); the best chunk of each
+    /// competes for the answer (reduce), so the evidence comes from many groups.
+    PartitionMap,
+    /// The compressed levels decide: groups by their SUMMARY, chunks by their DETAILED;
+    /// FULL text is read only to cite.
+    Summarize,
+    /// The tree from the top: ABSTRACT, then groups by evidence at every level beneath,
+    /// then chunks within them.
+    Hierarchical,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Auto,
+        Strategy::Offline,
+        Strategy::Peek,
+        Strategy::Grep,
+        Strategy::PartitionMap,
+        Strategy::Summarize,
+        Strategy::Hierarchical,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::Offline => "offline",
+            Strategy::Peek => "peek",
+            Strategy::Grep => "grep",
+            Strategy::PartitionMap => "partition_map",
+            Strategy::Summarize => "summarize",
+            Strategy::Hierarchical => "hierarchical",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl std::str::FromStr for Strategy {
     type Err = Error;
     fn from_str(s: &str) -> Result<Strategy> {
-        match s {
-            "auto" => Ok(Strategy::Auto),
-            "offline" => Ok(Strategy::Offline),
-            other => Err(Error::invalid(format!(
-                "unknown strategy `{other}`: expected auto (the root model when one is configured, else offline) or offline"
-            ))),
-        }
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown strategy `{s}`: expected auto, peek, grep, partition_map, summarize, hierarchical or offline"
+                ))
+            })
     }
 }
 
@@ -206,6 +258,7 @@ impl Default for QueryConfig {
             ready_threshold: 0.5,
             start_level: crate::level::Level::Abstract,
             strategy: Strategy::Auto,
+            max_nodes: 400,
         }
     }
 }

@@ -25,6 +25,11 @@ pub struct View {
 }
 
 impl Engine {
+    /// What of `plan` is live at `now`, per level: planned nodes, live nodes, their tokens.
+    pub(crate) fn tally(&self, plan: &Plan, now: u64) -> Result<crate::built::Built> {
+        crate::built::tally(&self.store, plan, now)
+    }
+
     /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
     /// cache hits: an unchanged scope makes zero compressor calls.
     pub async fn compress(

@@ -73,7 +73,7 @@ impl Engine {
             match self
                 .root
                 .as_ref()
-                .filter(|_| qcfg.strategy == Strategy::Auto)
+                .filter(|_| qcfg.strategy != Strategy::Offline)
             {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What one model did for one build or query.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ModelUsage {
     /// Calls made (one per prompt, however many attempts it took).
     pub calls: u64,
@@ -38,7 +38,7 @@ pub struct ModelUsage {
 }
 
 /// Model usage of one build or query.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Usage {
     pub calls: u64,
     pub prompt_tokens: u64,

@@ -53,6 +53,8 @@ pub(crate) struct Explorer<'a> {
     pub(super) iterations: u32,
     pub(super) trajectory: Vec<Step>,
     pub(super) history: Vec<String>,
+    /// Earlier answers that a later one replaced (refinements), oldest first.
+    pub(super) drafts: Vec<String>,
     pub(super) no_narrowing: u32,
     /// The iterations and tokens spent before the current policy took over (see
     /// [`Explorer::restart`]): budgets apply to each policy's own spending.
@@ -77,6 +79,7 @@ impl<'a> Explorer<'a> {
             iterations: 0,
             trajectory: Vec::new(),
             history: Vec::new(),
+            drafts: Vec::new(),
             no_narrowing: 0,
             spent_before: (0, 0),
             dense: corpus.dense(),
@@ -309,6 +312,29 @@ impl<'a> Explorer<'a> {
         self.trees.place(id)
     }
 
+    /// The text an answer citing `cited` would have (unverifiable spans left out): what
+    /// an earlier, replaced answer said.
+    pub(crate) fn answer_text(&self, cited: &[Cited]) -> Result<String> {
+        let mut quotes = Vec::new();
+        for c in cited {
+            let Some(Place::Full(pi, ci)) = self.place(&c.node) else {
+                continue;
+            };
+            let p = &self.trees.plans[pi];
+            let chunk = &p.chunks[ci];
+            if c.start < chunk.start || c.end > chunk.end || c.start >= c.end {
+                continue;
+            }
+            let text = self
+                .corpus
+                .source_text(&p.scope, &p.sources[chunk.source].id)?;
+            if let Some(q) = text.get(c.start as usize..c.end as usize) {
+                quotes.push(q.to_string());
+            }
+        }
+        Ok(quotes.join(" … "))
+    }
+
     /// Turns cited sentence ranges of FULL nodes into citations, verifying each quote
     /// against the source text. Unverifiable citations are dropped, never returned.
     pub(crate) fn finish(mut self, cited: Vec<Cited>, confidence: f64) -> Result<QueryResult> {
@@ -374,6 +400,7 @@ impl<'a> Explorer<'a> {
             citations,
             iterations: self.iterations,
             refinement_history: self.history,
+            drafts: self.drafts,
             nodes_examined: self.examined.iter().map(NodeId::to_hex).collect(),
             sub_calls_made: self.sub_calls,
             tokens_processed: self.tokens,

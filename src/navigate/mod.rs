@@ -14,7 +14,7 @@ pub(crate) use offline::offline;
 use serde::Serialize;
 
 /// One cited source span. `quote == source_text[start..end]`, always.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Citation {
     pub source: String,
     pub start: u64,
@@ -24,7 +24,7 @@ pub struct Citation {
     pub speaker: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Step {
     pub action: String,
     pub detail: String,
@@ -38,7 +38,12 @@ pub struct QueryResult {
     pub confidence: f64,
     pub citations: Vec<Citation>,
     pub iterations: u32,
+    /// How the navigation went, step by step (notes, narrowing, refinements).
     pub refinement_history: Vec<String>,
+    /// Earlier answers a later one replaced, oldest first (the HTTP API's aragora-style
+    /// `refinement_history`; `iteration` = their number). Not in the CLI's JSON.
+    #[serde(skip)]
+    pub drafts: Vec<String>,
     pub nodes_examined: Vec<String>,
     pub sub_calls_made: u32,
     pub tokens_processed: u64,

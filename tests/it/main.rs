@@ -1,5 +1,7 @@
 //! One integration-test binary (one link step): modules by subject.
 
+mod aragora_api;
+mod aragora_sdk;
 mod bad_input;
 mod chunk_boundaries;
 mod cli;

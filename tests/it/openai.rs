@@ -955,6 +955,42 @@ fn llm_navigator_descends_greps_peeks_and_cites_exact_spans() {
     assert!(r.iterations >= 3 && r.tokens_processed > 0);
 }
 
+/// A query's strategy is the LLM navigator's first step: `grep` searches the FULL nodes,
+/// `peek` reads the first groups' SUMMARY, `partition_map` asks the helper about each
+/// group, `hierarchical` reads the ABSTRACT.
+#[test]
+fn llm_navigator_starts_with_the_strategy_primitive() {
+    use strata::config::Strategy;
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(explorer("41%", "Eastgate households car"));
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let q = "What share of Eastgate households do not own a car?";
+    for (strategy, first, detail) in [
+        (Strategy::Grep, "grep", "at full"),
+        (Strategy::Peek, "peek", "abstract"),
+        (Strategy::PartitionMap, "partition_map", "sub-call(s)"),
+        (Strategy::Hierarchical, "peek", "abstract"),
+    ] {
+        let mut qcfg = e.config().query.clone();
+        qcfg.strategy = strategy;
+        let r = rt
+            .block_on(e.query_with(&["d".to_string()], q, &qcfg, T0, &NoProgress))
+            .unwrap();
+        check_citations(&e, &r);
+        let steps: Vec<&strata::Step> = r
+            .trajectory
+            .iter()
+            .filter(|s| !["policy", "intent", "descend", "rank"].contains(&s.action.as_str()))
+            .collect();
+        assert_eq!(steps[0].action, first, "{strategy}: {steps:?}");
+        assert!(steps[0].detail.contains(detail), "{strategy}: {steps:?}");
+        let actions: Vec<&str> = r.trajectory.iter().map(|s| s.action.as_str()).collect();
+        assert!(!actions.contains(&"fallback"), "{strategy}: {actions:?}");
+    }
+}
+
 /// The turn number of a navigation prompt ("Turn 3 of 10").
 fn turn(user: &str) -> u32 {
     let t = user.rsplit("Turn ").next().unwrap_or("");

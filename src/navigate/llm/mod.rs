@@ -109,7 +109,7 @@ pub(crate) async fn run(
     if let Err(e) = nav.freeze_intent(root).await {
         return nav.fall_back(format!("the root model failed: {e}"));
     }
-    nav.start()?;
+    nav.start(helper).await?;
     loop {
         let last = nav.last_turn();
         let flow = match nav.next_turn(root, last).await? {
@@ -318,6 +318,7 @@ impl<'e, 'a> Nav<'e, 'a> {
     /// feedback while turns remain.
     fn refine(&mut self, cited: Vec<Cited>, confidence: f64, problems: &[String]) {
         let n = cited.len();
+        let cited_copy = cited.clone();
         if self
             .best
             .as_ref()
@@ -326,6 +327,9 @@ impl<'e, 'a> Nav<'e, 'a> {
             self.best = Some(Draft { cited, confidence });
         }
         self.refinements += 1;
+        if let Ok(text) = self.ex.answer_text(&cited_copy) {
+            self.ex.drafts.push(text);
+        }
         self.ex.history.push(format!(
             "refinement {}: not ready (confidence {confidence:.2}, {n} citation(s)): {}",
             self.refinements, self.hypothesis
@@ -351,6 +355,12 @@ impl<'e, 'a> Nav<'e, 'a> {
     fn conclude(mut self) -> Result<QueryResult> {
         match self.best.take() {
             Some(Draft { cited, confidence }) => {
+                // The best draft is the answer now, not an earlier one.
+                if let Ok(t) = self.ex.answer_text(&cited)
+                    && let Some(i) = self.ex.drafts.iter().rposition(|d| *d == t)
+                {
+                    self.ex.drafts.remove(i);
+                }
                 if !self
                     .ex
                     .history

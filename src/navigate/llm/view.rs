@@ -1,9 +1,11 @@
 //! What the model sees: short handles for nodes (`n1`, `n2`, ...), the first observation,
 //! and the state rendered each turn.
 
-use super::{Nav, SHOWN, clip};
+use super::{Nav, PEEK_MAX, SHOWN, clip};
+use crate::config::Strategy;
 use crate::error::Result;
 use crate::level::Level;
+use crate::model::ChatModel;
 use crate::node::{NodeId, context_label};
 use std::fmt::Write as _;
 
@@ -55,28 +57,98 @@ impl Nav<'_, '_> {
         (ids, unknown)
     }
 
-    /// The first observation: the ABSTRACT of each scope (or, when the configuration
-    /// starts lower, the ranked groups).
-    pub(super) fn start(&mut self) -> Result<()> {
+    /// The first observation. By default the ABSTRACT of each scope (or, when the
+    /// configuration starts lower, the ranked groups, DETAILED or FULL nodes); a strategy
+    /// other than `auto`/`hierarchical` makes its own primitive the first step.
+    pub(super) async fn start(&mut self, helper: &dyn ChatModel) -> Result<()> {
         let tops: Vec<NodeId> = self.ex.working.iter().map(|(id, _)| *id).collect();
-        if self.ex.cfg.start_level == Level::Abstract {
-            let nodes = self.ex.peek(&tops)?;
-            self.read.extend(nodes.iter().map(|n| n.id));
-            let mut obs = String::from("The ABSTRACT of each scope:\n");
-            for n in &nodes {
-                let h = self.handle(n.id);
-                let _ = writeln!(
-                    obs,
-                    "{h} [abstract] {}:\n{}",
-                    context_label(n),
-                    clip(&n.text)
+        let start = self.ex.cfg.start_level;
+        match (self.ex.cfg.strategy, start) {
+            (Strategy::Grep, _) | (_, Level::Detailed | Level::Full) => {
+                let level = if start == Level::Detailed {
+                    Level::Detailed
+                } else {
+                    Level::Full
+                };
+                let limit = self.ex.cfg.top_chunks.max(self.ex.cfg.min_keep) * 2;
+                let ranking = self.ranking.clone();
+                let hits = self.ex.grep(&ranking, &[level], None, limit)?;
+                if !hits.is_empty() {
+                    self.ex.working = hits;
+                }
+                self.observation = format!(
+                    "A search of every {level} node for the question found {} node(s);                      they are the working set, best first.",
+                    self.ex.working.len()
                 );
             }
-            self.observation = obs;
-        } else {
-            let groups = self.ex.descend(&tops);
-            self.ex.working = self.rank(groups)?;
-            self.observation = "The groups of each scope are listed below.".into();
+            (Strategy::Peek | Strategy::Summarize, _) => {
+                let mut obs = String::new();
+                if start == Level::Abstract {
+                    self.show(&tops, "The ABSTRACT of each scope:", &mut obs)?;
+                }
+                let groups = self.ex.descend(&tops);
+                let shown: Vec<NodeId> = if self.ex.cfg.strategy == Strategy::Peek {
+                    // The first sections, in order: how the scope begins.
+                    self.ex.working = groups.iter().map(|g| (*g, 0.0)).collect();
+                    groups.iter().take(PEEK_MAX).copied().collect()
+                } else {
+                    self.ex.working = self.rank(groups)?;
+                    self.ex
+                        .working
+                        .iter()
+                        .take(PEEK_MAX)
+                        .map(|(id, _)| *id)
+                        .collect()
+                };
+                let title = if self.ex.cfg.strategy == Strategy::Peek {
+                    "The first groups' SUMMARY:"
+                } else {
+                    "The SUMMARY of the groups that match the question best:"
+                };
+                self.show(&shown, title, &mut obs)?;
+                self.observation = obs;
+            }
+            (Strategy::PartitionMap, _) => {
+                let groups = self.ex.descend(&tops);
+                self.ex.working = self.rank(groups)?;
+                let names: Vec<String> = self
+                    .ex
+                    .working
+                    .clone()
+                    .into_iter()
+                    .map(|(id, _)| self.handle(id))
+                    .collect();
+                let question = self.question.to_string();
+                self.partition_map(helper, &names, &question).await?;
+            }
+            (_, Level::Abstract) => {
+                let mut obs = String::new();
+                self.show(&tops, "The ABSTRACT of each scope:", &mut obs)?;
+                self.observation = obs;
+            }
+            _ => {
+                let groups = self.ex.descend(&tops);
+                self.ex.working = self.rank(groups)?;
+                self.observation = "The groups of each scope are listed below.".into();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `ids` (peek) and writes them into `obs` under `title`.
+    fn show(&mut self, ids: &[NodeId], title: &str, obs: &mut String) -> Result<()> {
+        let nodes = self.ex.peek(ids)?;
+        self.read.extend(nodes.iter().map(|n| n.id));
+        let _ = writeln!(obs, "{title}");
+        for n in &nodes {
+            let h = self.handle(n.id);
+            let _ = writeln!(
+                obs,
+                "{h} [{}] {}:\n{}",
+                n.level,
+                context_label(n),
+                clip(&n.text)
+            );
         }
         Ok(())
     }

@@ -96,7 +96,13 @@ pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResul
         return ex.finish(Vec::new(), 0.0);
     };
     if sel.confidence() < 0.999 && !ex.exhausted() {
+        let before: Vec<Cited> = strip(sel.cited.clone());
         second_hop(&mut ex, &question, &cues, &mut sel)?;
+        // The hop refined the answer: the first one is an earlier answer.
+        if strip(sel.cited.clone()) != before {
+            let draft = ex.answer_text(&before)?;
+            ex.drafts.push(draft);
+        }
     }
     let confidence = sel.confidence();
     ex.finish(strip(sel.cited), confidence)

@@ -1,8 +1,9 @@
-//! Steps down the tree: scopes, groups, chunks, then the chunks read.
+//! Steps down the tree: scopes, groups, chunks, then the chunks read. The query's
+//! strategy decides how groups and chunks are chosen (see [`Strategy`]).
 
 use super::Cues;
-use crate::corpus::Place;
-use crate::corpus::Question;
+use crate::config::Strategy;
+use crate::corpus::{Place, Question, Search};
 use crate::error::Result;
 use crate::level::Level;
 use crate::navigate::Explorer;
@@ -62,18 +63,243 @@ pub(super) fn retrieve(
         );
     }
     let top: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
-    if first_pass && cfg.start_level == Level::Abstract {
+    if first_pass && cfg.start_level == Level::Abstract && cfg.strategy != Strategy::Grep {
         ex.peek(&top)?;
     }
 
-    // 2. Which groups? Evidence from every level beneath, mapped to its group.
-    let summaries = ex.descend(&top);
-    let hits = ex.grep(
-        question,
-        &[Level::Summary, Level::Detailed, Level::Full],
-        None,
-        400,
-    )?;
+    // 2-3. Which chunks: the strategy's way down (or none: a flat search when the query
+    // starts below the groups).
+    let keep = cfg.top_chunks * widen;
+    let mut read_cap = keep;
+    let found = match (cfg.strategy, cfg.start_level) {
+        (_, Level::Full) => flat(ex, question, &[Level::Full], keep)?,
+        (Strategy::Summarize, Level::Detailed) => flat(ex, question, &[Level::Detailed], keep)?,
+        (Strategy::Grep, _) | (_, Level::Detailed) => {
+            flat(ex, question, &[Level::Detailed, Level::Full], keep)?
+        }
+        (Strategy::Peek, _) => {
+            read_cap = 4 * keep;
+            by_reading(ex, question, &top, cfg.top_groups * widen, read_cap)?
+        }
+        (Strategy::PartitionMap, _) => per_partition(ex, question, &top, keep)?,
+        (Strategy::Summarize, _) => descent(
+            ex,
+            question,
+            &top,
+            [&[Level::Summary], &[Level::Detailed]],
+            widen,
+        )?,
+        _ => descent(
+            ex,
+            question,
+            &top,
+            [
+                &[Level::Summary, Level::Detailed, Level::Full],
+                &[Level::Detailed, Level::Full],
+            ],
+            widen,
+        )?,
+    };
+    if !found {
+        return Ok(None);
+    }
+
+    // 4. Read the kept chunks (descending any non-FULL nodes left by an early stop).
+    let mut fulls: Vec<NodeId> = Vec::new();
+    let mut frontier: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
+    while !frontier.is_empty() {
+        let mut next = Vec::new();
+        for id in frontier {
+            match ex.place(&id) {
+                Some(Place::Full(..)) => fulls.push(id),
+                _ => next.push(id),
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        let down = ex.descend(&next);
+        ex.working = down.iter().map(|id| (*id, 0.0)).collect();
+        frontier = down;
+    }
+    fulls.truncate(read_cap.max(cfg.min_keep));
+    // How well each chunk as a whole matched (normalised to the best): a sentence inherits
+    // some of its chunk's evidence, so the right passage beats a stray short sentence.
+    let chunk_rank: HashMap<NodeId, f64> = {
+        let best = ex
+            .working
+            .iter()
+            .map(|(_, s)| *s)
+            .fold(0.0f32, f32::max)
+            .max(1e-6);
+        ex.working
+            .iter()
+            .map(|(id, s)| (*id, (*s / best) as f64))
+            .collect()
+    };
+    ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
+    let chunks = ex.peek(&fulls)?;
+    Ok(Some(Retrieved { chunks, chunk_rank }))
+}
+
+/// The FULL node of a DETAILED or FULL hit.
+fn chunk_of(ex: &Explorer<'_>, id: &NodeId) -> Option<NodeId> {
+    match ex.place(id) {
+        Some(Place::Detailed(pi, ci)) | Some(Place::Full(pi, ci)) => {
+            Some(ex.trees.plans[pi].chunks[ci].full)
+        }
+        _ => None,
+    }
+}
+
+/// Every FULL node of the explored trees, in order.
+fn all_chunks(ex: &Explorer<'_>) -> Vec<NodeId> {
+    ex.trees
+        .plans
+        .iter()
+        .flat_map(|p| p.chunks.iter().map(|c| c.full))
+        .collect()
+}
+
+/// `grep`: one search over every chunk at `levels`, no descent; each chunk scores its best
+/// hit. The working set becomes the best `keep` chunks.
+fn flat(ex: &mut Explorer<'_>, question: &Question, levels: &[Level], keep: usize) -> Result<bool> {
+    let hits = ex.grep(question, levels, None, ex.cfg.max_nodes)?;
+    let mut score: HashMap<NodeId, f32> = HashMap::new();
+    for (id, s) in hits {
+        if let Some(full) = chunk_of(ex, &id) {
+            let e = score.entry(full).or_insert(0.0);
+            *e = e.max(s);
+        }
+    }
+    if score.is_empty() {
+        ex.history.push("no passage matches the question".into());
+        return Ok(false);
+    }
+    ex.working = all_chunks(ex).into_iter().map(|id| (id, 0.0)).collect();
+    ex.narrow_to(
+        score.into_iter().collect(),
+        keep,
+        "one flat search over every chunk picked chunks",
+    );
+    Ok(true)
+}
+
+/// `peek`: reads every group's SUMMARY (within the token budget), keeps the groups whose
+/// text matches best, then reads their chunks whole, best group first (each chunk carries
+/// its group's score; the sentences decide).
+fn by_reading(
+    ex: &mut Explorer<'_>,
+    question: &Question,
+    top: &[NodeId],
+    groups: usize,
+    cap: usize,
+) -> Result<bool> {
+    let summaries = ex.descend(top);
+    ex.working = summaries.iter().map(|s| (*s, 0.0)).collect();
+    let read: Vec<NodeId> = ex.peek(&summaries)?.iter().map(|n| n.id).collect();
+    let ranked: Vec<(NodeId, f32)> = ex
+        .rank(question, read)?
+        .into_iter()
+        .filter(|(_, s)| *s > 0.0)
+        .collect();
+    if ranked.is_empty() {
+        ex.history
+            .push("no summary that was read matches the question".into());
+        return Ok(false);
+    }
+    ex.narrow_to(
+        ranked,
+        groups,
+        "read the summaries, kept the groups that match",
+    );
+    let kept: Vec<(NodeId, f32)> = ex.working.clone();
+    let mut chunks: Vec<(NodeId, f32)> = Vec::new();
+    for (rank, (g, s)) in kept.iter().enumerate() {
+        if let Some(Place::Summary(pi, gi)) = ex.place(g) {
+            let p = &ex.trees.plans[pi];
+            // Best group first, then reading order within it.
+            let n = p.groups[gi].chunks.len() as f32;
+            for (k, &ci) in p.groups[gi].chunks.iter().enumerate() {
+                let order = 1.0 - (k as f32 + 1.0) / (n + 1.0) * 0.01 - rank as f32 * 1e-4;
+                chunks.push((p.chunks[ci].full, s * order));
+            }
+        }
+    }
+    ex.descend(&kept.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    ex.working = chunks.iter().map(|(id, _)| (*id, 0.0)).collect();
+    ex.narrow_to(chunks, cap, "the kept groups' chunks, to be read whole");
+    Ok(true)
+}
+
+/// `partition_map`: every group is a partition searched on its own (map) for its best
+/// chunk; the partitions' best chunks compete (reduce).
+fn per_partition(
+    ex: &mut Explorer<'_>,
+    question: &Question,
+    top: &[NodeId],
+    keep: usize,
+) -> Result<bool> {
+    let summaries = ex.descend(top);
+    let mut winners: Vec<(NodeId, f32)> = Vec::new();
+    for g in &summaries {
+        let Some(Place::Summary(pi, gi)) = ex.place(g) else {
+            continue;
+        };
+        let p = &ex.trees.plans[pi];
+        let within: Vec<NodeId> = p.groups[gi]
+            .chunks
+            .iter()
+            .flat_map(|&ci| [p.chunks[ci].detailed, p.chunks[ci].full])
+            .collect();
+        let s = Search {
+            question,
+            levels: &[Level::Detailed, Level::Full],
+            within: Some(&within),
+            limit: 2,
+        };
+        let found = ex.corpus.search(&ex.trees, &s, ex.dense.as_mut())?;
+        if let Some((id, score)) = found.hits.first()
+            && let Some(full) = chunk_of(ex, id)
+        {
+            winners.push((full, *score));
+        }
+    }
+    ex.step(
+        "partition_map",
+        format!(
+            "{} partition(s) (groups) searched one by one: {} with evidence",
+            summaries.len(),
+            winners.len()
+        ),
+    );
+    if winners.is_empty() {
+        ex.history.push("no partition matches the question".into());
+        return Ok(false);
+    }
+    ex.working = all_chunks(ex).into_iter().map(|id| (id, 0.0)).collect();
+    ex.narrow_to(
+        winners,
+        keep,
+        "partition_map kept the best chunk of each group",
+    );
+    Ok(true)
+}
+
+/// `hierarchical` (and `summarize`): down the tree. Groups are chosen by their best hit at
+/// `levels[0]` (mapped to its group), then chunks within them by their best hit at
+/// `levels[1]`.
+fn descent(
+    ex: &mut Explorer<'_>,
+    question: &Question,
+    top: &[NodeId],
+    levels: [&[Level]; 2],
+    widen: usize,
+) -> Result<bool> {
+    let cfg = ex.cfg.clone();
+    // Which groups? Evidence from the levels beneath, mapped to its group.
+    let summaries = ex.descend(top);
+    let hits = ex.grep(question, levels[0], None, cfg.max_nodes)?;
     let mut group_score: HashMap<NodeId, f32> = HashMap::new();
     for (id, s) in &hits {
         let summary = match ex.place(id) {
@@ -90,20 +316,21 @@ pub(super) fn retrieve(
     }
     if group_score.is_empty() {
         ex.history.push("no passage matches the question".into());
-        return Ok(None);
+        return Ok(false);
     }
     let ranked: Vec<(NodeId, f32)> = summaries
         .iter()
         .filter_map(|s| group_score.get(s).map(|v| (*s, *v)))
         .collect();
     ex.working = summaries.iter().map(|s| (*s, 0.0)).collect();
+    let names: Vec<&str> = levels[0].iter().map(|l| l.name()).collect();
     ex.narrow_to(
         ranked,
         cfg.top_groups * widen,
-        "grep over summary/detailed/full picked groups",
+        &format!("grep over {} picked groups", names.join("/")),
     );
 
-    // 3. Descend into the kept groups; rank their chunks by DETAILED and FULL evidence.
+    // Descend into the kept groups; rank their chunks by their own evidence.
     if !ex.exhausted() {
         let groups: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
         let group_rank: HashMap<NodeId, f32> = ex.working.iter().copied().collect();
@@ -114,19 +341,11 @@ pub(super) fn retrieve(
                 within.push(ex.trees.plans[pi].chunks[ci].full);
             }
         }
-        let hits = ex.grep(
-            question,
-            &[Level::Detailed, Level::Full],
-            Some(&within),
-            200,
-        )?;
+        let hits = ex.grep(question, levels[1], Some(&within), cfg.max_nodes.min(200))?;
         let mut chunk_score: HashMap<NodeId, f32> = HashMap::new();
         for (id, s) in hits {
-            let full = match ex.place(&id) {
-                Some(Place::Detailed(pi, ci)) | Some(Place::Full(pi, ci)) => {
-                    ex.trees.plans[pi].chunks[ci].full
-                }
-                _ => continue,
+            let Some(full) = chunk_of(ex, &id) else {
+                continue;
             };
             let e = chunk_score.entry(full).or_insert(0.0);
             *e = e.max(s);
@@ -155,41 +374,5 @@ pub(super) fn retrieve(
             "grep within the groups picked chunks",
         );
     }
-
-    // 4. Read the kept chunks (descending any non-FULL nodes left by an early stop).
-    let mut fulls: Vec<NodeId> = Vec::new();
-    let mut frontier: Vec<NodeId> = ex.working.iter().map(|(id, _)| *id).collect();
-    while !frontier.is_empty() {
-        let mut next = Vec::new();
-        for id in frontier {
-            match ex.place(&id) {
-                Some(Place::Full(..)) => fulls.push(id),
-                _ => next.push(id),
-            }
-        }
-        if next.is_empty() {
-            break;
-        }
-        let down = ex.descend(&next);
-        ex.working = down.iter().map(|id| (*id, 0.0)).collect();
-        frontier = down;
-    }
-    fulls.truncate((cfg.top_chunks * widen).max(cfg.min_keep));
-    // How well each chunk as a whole matched (normalised to the best): a sentence inherits
-    // some of its chunk's evidence, so the right passage beats a stray short sentence.
-    let chunk_rank: HashMap<NodeId, f64> = {
-        let best = ex
-            .working
-            .iter()
-            .map(|(_, s)| *s)
-            .fold(0.0f32, f32::max)
-            .max(1e-6);
-        ex.working
-            .iter()
-            .map(|(id, s)| (*id, (*s / best) as f64))
-            .collect()
-    };
-    ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
-    let chunks = ex.peek(&fulls)?;
-    Ok(Some(Retrieved { chunks, chunk_rank }))
+    Ok(true)
 }

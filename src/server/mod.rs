@@ -1,26 +1,30 @@
 //! `strata serve`: the HTTP API a debate runner calls (axum). Handlers only translate HTTP
 //! to [`Engine`] calls and back; CPU and disk work runs on blocking threads, never on the
-//! async executor's.
+//! async executor's. Every route is served under `/api` and `/api/v1` (aragora's SDK calls
+//! the latter); the RLM routes speak aragora's REST API besides strata's ([`aragora`]);
+//! errors are RFC 9457 problem details; `/api/openapi.json` documents it all ([`openapi`]).
+
+mod aragora;
+mod contexts;
+mod extract;
+pub mod openapi;
 
 use crate::clock::unix_now;
-use crate::config::{QueryConfig, ServerConfig};
-use crate::context::{ContextWindow, LevelChoice};
+use crate::config::ServerConfig;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::expire::{spawn_sweeper, system_clock};
 use crate::jobs::{Job, JobKind, JobState, Jobs, WorkerConfig, spawn_workers};
-use crate::level::Level;
 use crate::metrics::Metrics;
-use crate::navigate::QueryResult;
 use crate::source::{self, InputFile, Turn};
 use crate::store::ScopeKind;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get};
 use axum::{Json, Router};
+use extract::{ApiPath, ApiQuery};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashMap;
@@ -37,9 +41,11 @@ pub struct AppState {
     cfg: ServerConfig,
     /// Last query time per scope (warming) and the last query's outcome (status).
     queried: Mutex<HashMap<String, (u64, QuerySummary)>>,
+    /// Queries running now, per scope (refinement-status's `active_queries`).
+    active: Mutex<HashMap<String, usize>>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 struct QuerySummary {
     query: String,
     ready: bool,
@@ -83,43 +89,61 @@ impl From<Error> for ApiError {
     }
 }
 
+/// An RFC 9457 problem details document; `error` repeats `detail` (strata's and aragora's
+/// clients read `error`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// `about:blank`: the status says what kind of problem it is.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The status's reason phrase.
+    pub title: String,
+    pub status: u16,
+    /// What went wrong, one line.
+    pub detail: String,
+    /// The same as `detail`.
+    pub error: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": self.message, "status": self.status.as_u16() });
-        (self.status, Json(body)).into_response()
+        let body = Problem {
+            kind: "about:blank".into(),
+            title: self
+                .status
+                .canonical_reason()
+                .unwrap_or("Error")
+                .to_string(),
+            status: self.status.as_u16(),
+            detail: self.message.clone(),
+            error: self.message,
+        };
+        let mut r = (self.status, Json(body)).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        r
     }
 }
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// `Json<T>` whose rejections (malformed JSON, wrong types, missing content type, body too
-/// large) are JSON errors with the right 4xx status.
+/// A required JSON body whose rejections (malformed JSON, wrong types, body too large) are
+/// problem details with the right 4xx status. The content type is not checked: aragora's
+/// own `curl -d` example sends none that says JSON.
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
-    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(r) => {
-                // axum says "Failed to deserialize the JSON body into the target type: {why}";
-                // the why (an unknown field, a wrong type, with its line and column) is what
-                // the client needs.
-                let text = r.body_text();
-                let why = text.split_once(": ").map_or(text.as_str(), |(_, w)| w);
-                let msg = match &r {
-                    JsonRejection::JsonDataError(_) => format!("invalid request body: {why}"),
-                    JsonRejection::JsonSyntaxError(_) => {
-                        format!("the request body is not valid JSON: {why}")
-                    }
-                    _ => text.clone(),
-                };
-                Err(ApiError::new(r.status(), msg))
-            }
+        match extract::json_body(req, state).await? {
+            Some(v) => Ok(ApiJson(v)),
+            None => Err(extract::body_required()),
         }
     }
 }
@@ -148,10 +172,12 @@ pub async fn run(
 
     let hook_metrics = metrics.clone();
     let hook_jobs = jobs.clone();
+    let hook_engine = engine.clone();
     let hook: crate::jobs::JobHook = Arc::new(move |job: &Job, report| {
         if let Some(r) = report {
             hook_metrics.observe_build(r);
         }
+        aragora::observe_job(&hook_engine, &hook_metrics, job, report);
         let state = match job.state {
             JobState::Done => "done",
             JobState::Failed => "failed",
@@ -187,6 +213,7 @@ pub async fn run(
         metrics: metrics.clone(),
         cfg: cfg.clone(),
         queried: Mutex::new(HashMap::new()),
+        active: Mutex::new(HashMap::new()),
     });
     let warmer = (cfg.warm_before_secs > 0).then(|| tokio::spawn(warm(state.clone(), stop_rx)));
 
@@ -240,28 +267,34 @@ async fn warm(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// The routes under one prefix (`/api` and `/api/v1` serve the same), each with its
+/// OpenAPI operation (see [`openapi::ROUTES`]).
+fn api_routes() -> Router<Arc<AppState>> {
+    let mut r = Router::new();
+    for route in openapi::ROUTES {
+        r = r.route(route.path, (route.handler)());
+    }
+    r
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.cfg.body_limit_bytes;
-    let api = Router::new()
-        .route("/api/debates/{id}/turns", post(append_turn))
-        .route("/api/debates/{id}/compress", post(compress))
-        .route("/api/debates/{id}/context/{level}", get(context))
-        .route("/api/debates/{id}/query-rlm", post(query_debate))
-        .route(
-            "/api/debates/{id}/refinement-status",
-            get(refinement_status),
-        )
-        .route("/api/documents", post(ingest_document))
-        .route("/api/knowledge/query-rlm", post(query_knowledge))
-        .route("/api/jobs/{id}", get(job))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
-    api.route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+    let api = api_routes().route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .nest("/api/v1", api.clone())
+        .nest("/api", api)
+        .route("/api/openapi.json", get(openapi::document))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(openapi::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
+
+/// Constructs a route's method router (a plain fn, so the route table is a `const`).
+pub(crate) type MakeRoute = fn() -> MethodRouter<Arc<AppState>>;
 
 fn authorized(cfg: &ServerConfig, headers: &HeaderMap) -> bool {
     if cfg.token.is_empty() {
@@ -309,6 +342,16 @@ async fn track(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Resp
     resp
 }
 
+/// Liveness.
+#[utoipa::path(get, path = "/healthz", tag = "service", security(),
+    responses((status = 200, description = "`{\"status\": \"ok\"}`", content_type = "application/json")))]
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Prometheus metrics: strata's and aragora's names (`aragora_rlm_*`).
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
 async fn metrics(State(s): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if !s.cfg.metrics_public && !authorized(&s.cfg, &headers) {
         return unauthorized();
@@ -327,11 +370,33 @@ fn schedule(s: &AppState, scope: &str) -> ApiResult<(Job, bool)> {
     Ok(r)
 }
 
+/// What an append did.
+#[derive(Serialize, utoipa::ToSchema)]
+struct TurnAppended {
+    debate: String,
+    /// The turn's source id (`debate#turn-N`).
+    source: String,
+    round: u32,
+    speaker: String,
+    chunks: usize,
+    /// The build job that compresses the new turn.
+    job_id: u64,
+    /// True when the job was already queued.
+    coalesced: bool,
+}
+
+/// Appends a debate turn; schedules the incremental compression of its ancestors.
+#[utoipa::path(post, path = "/api/v1/debates/{id}/turns", tag = "strata",
+    params(("id" = String, Path, description = "The debate (a scope name)")),
+    request_body = Turn,
+    responses((status = 201, description = "Stored durably", body = TurnAppended)))]
 async fn append_turn(
     State(s): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    matched: MatchedPath,
+    ApiPath(id): ApiPath<String>,
     ApiJson(turn): ApiJson<Turn>,
-) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+) -> ApiResult<(StatusCode, Json<TurnAppended>)> {
+    aragora::check_debate_id(&matched, &id)?;
     let st = s.clone();
     let (round, speaker) = (turn.round, turn.speaker.clone());
     let scope = id.clone();
@@ -341,233 +406,19 @@ async fn append_turn(
     let (job, coalesced) = schedule(&s, &id)?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "debate": id, "source": source, "round": round, "speaker": speaker,
-            "chunks": report.chunks_written, "job_id": job.id, "coalesced": coalesced,
-        })),
+        Json(TurnAppended {
+            debate: id,
+            source,
+            round,
+            speaker,
+            chunks: report.chunks_written,
+            job_id: job.id,
+            coalesced,
+        }),
     ))
 }
 
-async fn compress(
-    State(s): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
-    s.engine.scope(&id)?;
-    let (job, coalesced) = schedule(&s, &id)?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "job_id": job.id, "state": job.state, "coalesced": coalesced })),
-    ))
-}
-
-#[derive(Serialize)]
-struct ContextResponse {
-    #[serde(flatten)]
-    window: ContextWindow,
-    /// Levels of this view that lag behind the newest turns (a build is catching up).
-    stale_levels: Vec<Level>,
-    pending_turns: usize,
-}
-
-async fn context(
-    State(s): State<Arc<AppState>>,
-    Path((id, level)): Path<(String, String)>,
-    Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Json<ContextResponse>> {
-    let budget: usize = params
-        .get("budget")
-        .ok_or_else(|| ApiError::bad("the budget query parameter is required (?budget=N)"))?
-        .parse()
-        .map_err(|_| ApiError::bad("budget must be a positive whole number of tokens"))?;
-    crate::context::check_budget(budget)?;
-    let choice: LevelChoice = level.parse()?;
-    let now = unix_now();
-    let (view, report) = s.engine.serving_view(&id, now).await?;
-    if let Some(r) = report {
-        s.metrics.observe_build(&r);
-    }
-    let (st, plan) = (s.clone(), view.plan);
-    let window = blocking(move || {
-        Ok(crate::context::window(
-            &st.engine.corpus(),
-            &plan,
-            choice,
-            budget,
-            now,
-        )?)
-    })
-    .await?;
-    let (stale, pending) = (view.stale, view.pending_sources);
-    Ok(Json(ContextResponse {
-        window,
-        stale_levels: stale,
-        pending_turns: pending,
-    }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QueryRequest {
-    query: String,
-    /// `auto` (default: the LLM navigator when a root model is configured, else the
-    /// offline one) or `offline` (the heuristic BM25 policy).
-    #[serde(default)]
-    strategy: Option<String>,
-    #[serde(default)]
-    max_iterations: Option<u32>,
-    /// Where navigation starts: `abstract` (default) or `summary`.
-    #[serde(default)]
-    start_level: Option<String>,
-    /// Knowledge queries: the scopes to search (default: all).
-    #[serde(default)]
-    scopes: Option<Vec<String>>,
-}
-
-fn query_config(s: &AppState, q: &QueryRequest) -> ApiResult<QueryConfig> {
-    let mut cfg = s.engine.config().query.clone();
-    if let Some(st) = &q.strategy {
-        cfg.strategy = st.parse()?;
-    }
-    if let Some(n) = q.max_iterations {
-        if n == 0 || n > 100 {
-            return Err(ApiError::bad("max_iterations must be between 1 and 100"));
-        }
-        cfg.max_iterations = n;
-    }
-    if let Some(l) = &q.start_level {
-        let level: Level = l.parse()?;
-        if !matches!(level, Level::Abstract | Level::Summary | Level::Metadata) {
-            return Err(ApiError::bad(
-                "start_level must be abstract, metadata or summary",
-            ));
-        }
-        cfg.start_level = level;
-    }
-    if q.query.trim().is_empty() {
-        return Err(ApiError::bad("query is empty"));
-    }
-    Ok(cfg)
-}
-
-async fn run_query(
-    s: &Arc<AppState>,
-    scopes: Vec<String>,
-    q: QueryRequest,
-) -> ApiResult<QueryResult> {
-    let cfg = query_config(s, &q)?;
-    let now = unix_now();
-    let t0 = Instant::now();
-    // Navigation reads sled and tantivy synchronously between its awaits: run it on a
-    // blocking thread (driving its model calls through the runtime handle) so the
-    // executor's threads keep serving other requests.
-    let (st, sc, question) = (s.clone(), scopes.clone(), q.query.clone());
-    let handle = tokio::runtime::Handle::current();
-    let r = blocking(move || {
-        Ok(handle.block_on(st.engine.query_with(
-            &sc,
-            &question,
-            &cfg,
-            now,
-            &crate::progress::NoProgress,
-        ))?)
-    })
-    .await?;
-    s.metrics.observe_query(&r, t0.elapsed().as_secs_f64());
-    let summary = QuerySummary {
-        query: q.query.clone(),
-        ready: r.ready,
-        confidence: r.confidence,
-        iterations: r.iterations,
-        refinement_history: r.refinement_history.clone(),
-        at: now,
-    };
-    let mut queried = s.queried.lock().expect("poisoned");
-    let names = if scopes.is_empty() {
-        s.engine.scope_names()?
-    } else {
-        scopes
-    };
-    for name in names {
-        queried.insert(name, (now, summary.clone()));
-    }
-    Ok(r)
-}
-
-async fn query_debate(
-    State(s): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    ApiJson(q): ApiJson<QueryRequest>,
-) -> ApiResult<Json<QueryResult>> {
-    if q.scopes.is_some() {
-        return Err(ApiError::bad(
-            "scopes belongs to /api/knowledge/query-rlm; a debate query searches its debate",
-        ));
-    }
-    s.engine.scope(&id)?;
-    Ok(Json(run_query(&s, vec![id], q).await?))
-}
-
-async fn query_knowledge(
-    State(s): State<Arc<AppState>>,
-    ApiJson(q): ApiJson<QueryRequest>,
-) -> ApiResult<Json<QueryResult>> {
-    let scopes = q.scopes.clone().unwrap_or_default();
-    for sc in &scopes {
-        s.engine.scope(sc)?;
-    }
-    Ok(Json(run_query(&s, scopes, q).await?))
-}
-
-async fn refinement_status(
-    State(s): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    s.engine.scope(&id)?;
-    let now = unix_now();
-    let (st, scope) = (s.clone(), id.clone());
-    let stats = blocking(move || Ok(st.engine.scope_stats(&scope, now)?)).await?;
-    let jobs: Vec<Job> = s
-        .jobs
-        .all()?
-        .into_iter()
-        .filter(|j| j.scope == id)
-        .collect();
-    let pending: Vec<u64> = jobs
-        .iter()
-        .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
-        .map(|j| j.id)
-        .collect();
-    let last_job = jobs
-        .iter()
-        .rev()
-        .find(|j| matches!(j.state, JobState::Done | JobState::Failed))
-        .cloned();
-    let last_query = s
-        .queried
-        .lock()
-        .expect("poisoned")
-        .get(&id)
-        .map(|(_, q)| q.clone());
-    let levels: serde_json::Map<String, serde_json::Value> = Level::ALL
-        .iter()
-        .map(|l| (l.name().to_string(), json!(stats.live_by_level[*l])))
-        .collect();
-    Ok(Json(json!({
-        "debate": id,
-        "sources": stats.sources,
-        "chunks": stats.chunks,
-        "groups": stats.groups,
-        "full_tokens": stats.full_tokens,
-        "live_nodes_by_level": levels,
-        "stale_nodes": stats.stale,
-        "complete": stats.stale == 0,
-        "pending_jobs": pending,
-        "last_job": last_job,
-        "last_query": last_query,
-    })))
-}
-
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DocumentRequest {
     scope: String,
@@ -575,10 +426,26 @@ struct DocumentRequest {
     text: String,
 }
 
+/// What a document ingest did.
+#[derive(Serialize, utoipa::ToSchema)]
+struct DocumentIngested {
+    scope: String,
+    added: usize,
+    replaced: usize,
+    unchanged: usize,
+    chunks: usize,
+    job_id: u64,
+    coalesced: bool,
+}
+
+/// Adds (or replaces) a document in a scope; schedules its compression.
+#[utoipa::path(post, path = "/api/v1/documents", tag = "strata",
+    request_body = DocumentRequest,
+    responses((status = 201, description = "Stored durably", body = DocumentIngested)))]
 async fn ingest_document(
     State(s): State<Arc<AppState>>,
     ApiJson(d): ApiJson<DocumentRequest>,
-) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+) -> ApiResult<(StatusCode, Json<DocumentIngested>)> {
     if d.source.trim().is_empty() {
         return Err(ApiError::bad("source is empty: name the document"));
     }
@@ -593,20 +460,28 @@ async fn ingest_document(
     let (job, coalesced) = schedule(&s, &scope)?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "scope": scope, "added": report.added, "replaced": report.replaced,
-            "unchanged": report.unchanged, "chunks": report.chunks_written,
-            "job_id": job.id, "coalesced": coalesced,
-        })),
+        Json(DocumentIngested {
+            scope,
+            added: report.added,
+            replaced: report.replaced,
+            unchanged: report.unchanged,
+            chunks: report.chunks_written,
+            job_id: job.id,
+            coalesced,
+        }),
     ))
 }
 
 /// `GET /api/jobs/{id}[?wait=SECS]`: the job; with `wait`, answered when the job is done
 /// or failed, or after at most `wait` seconds (≤ 60), whichever comes first.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "strata",
+    params(("id" = u64, Path, description = "The job id"),
+        ("wait" = Option<u64>, Query, description = "Seconds (0-60) to wait for the job to end")),
+    responses((status = 200, description = "The job", body = Job)))]
 async fn job(
     State(s): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<Job>> {
     let id: u64 = id
         .parse()
