@@ -91,7 +91,7 @@ impl FromStr for Level {
 /// the JSON output has always had.
 ///
 /// ```
-/// use strata::level::{Level, PerLevel};
+/// use strata::{Level, PerLevel};
 /// let counts: PerLevel<usize> = [Level::Detailed, Level::Summary, Level::Detailed]
 ///     .into_iter()
 ///     .collect();

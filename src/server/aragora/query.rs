@@ -1,0 +1,356 @@
+//! `query-rlm` on a debate, a context and the knowledge base: aragora's knobs, strata's answer.
+
+use super::*;
+
+/// `POST /debates/{id}/query-rlm`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(in crate::server) struct DebateQuery {
+    /// The question (at most 10,000 characters).
+    query: String,
+    /// auto, peek, grep, partition_map, summarize, hierarchical (aragora's), or offline.
+    #[serde(default)]
+    strategy: Option<String>,
+    /// Navigation iterations; outside 1-10 clamped.
+    #[serde(default)]
+    max_iterations: Option<i64>,
+    /// Where navigation starts: ABSTRACT, SUMMARY, DETAILED, RAW (= FULL) or METADATA, any
+    /// case.
+    #[serde(default)]
+    start_level: Option<String>,
+}
+
+/// `POST /knowledge/query-rlm`: a question over several scopes.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(in crate::server) struct KnowledgeQuery {
+    query: String,
+    #[serde(default)]
+    strategy: Option<String>,
+    #[serde(default)]
+    max_iterations: Option<i64>,
+    #[serde(default)]
+    start_level: Option<String>,
+    /// The scopes to search (default: all).
+    #[serde(default)]
+    scopes: Option<Vec<String>>,
+    /// aragora's workspace: a scope to search (added to `scopes`).
+    #[serde(default)]
+    workspace_id: Option<String>,
+    /// Nodes one search may return (1-1000, clamped).
+    #[serde(default)]
+    max_nodes: Option<i64>,
+}
+
+/// `POST /rlm/query`: a question over one context (a scope).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(in crate::server) struct ContextQuery {
+    context_id: String,
+    query: String,
+    #[serde(default)]
+    strategy: Option<String>,
+    /// With `refine`, the iterations (1-10, clamped); without, the configured default.
+    #[serde(default)]
+    max_iterations: Option<i64>,
+    #[serde(default)]
+    start_level: Option<String>,
+    #[serde(default)]
+    refine: Option<bool>,
+}
+
+/// The knobs every query route shares.
+struct Knobs<'a> {
+    query: &'a str,
+    strategy: Option<&'a str>,
+    max_iterations: Option<i64>,
+    start_level: Option<&'a str>,
+    max_nodes: Option<i64>,
+}
+
+fn query_config(s: &AppState, k: &Knobs<'_>) -> ApiResult<QueryConfig> {
+    let mut cfg = s.engine.config().query.clone();
+    if k.query.trim().is_empty() {
+        return Err(ApiError::bad("query is empty"));
+    }
+    let n = k.query.chars().count();
+    if n > MAX_QUERY_CHARS {
+        return Err(ApiError::bad(format!(
+            "the query is too long: {n} characters, at most {MAX_QUERY_CHARS}"
+        )));
+    }
+    if let Some(st) = k.strategy {
+        cfg.strategy = st.parse()?;
+    }
+    if let Some(n) = k.max_iterations {
+        cfg.max_iterations = n.clamp(1, 10) as u32;
+    }
+    if let Some(l) = k.start_level {
+        cfg.start_level = l.parse()?;
+    }
+    if let Some(n) = k.max_nodes {
+        cfg.max_nodes = n.clamp(1, 1000) as usize;
+    }
+    Ok(cfg)
+}
+
+/// A query's answer: aragora's fields (`iteration`, `refinement_history` as the earlier
+/// answers) and strata's (citations, trajectory, usage, the navigation log).
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct QueryResponse {
+    /// Only ever cited source text: the citations' quotes joined.
+    pub(in crate::server) answer: String,
+    pub(in crate::server) ready: bool,
+    pub(in crate::server) confidence: f64,
+    /// The refinement iteration that gave the answer, 0-based (= earlier answers).
+    pub(in crate::server) iteration: usize,
+    /// Earlier answers a later one replaced, oldest first.
+    pub(in crate::server) refinement_history: Vec<String>,
+    pub(in crate::server) nodes_examined: Vec<String>,
+    pub(in crate::server) tokens_processed: u64,
+    pub(in crate::server) sub_calls_made: u32,
+    pub(in crate::server) citations: Vec<Citation>,
+    /// Navigation iterations (strata's count).
+    pub(in crate::server) iterations: u32,
+    /// strata's log of the navigation (the CLI's refinement history).
+    pub(in crate::server) navigation_history: Vec<String>,
+    pub(in crate::server) trajectory: Vec<Step>,
+    pub(in crate::server) usage: Usage,
+    /// What the query ran with.
+    pub(in crate::server) strategy: String,
+    pub(in crate::server) start_level: String,
+    pub(in crate::server) max_iterations: u32,
+}
+
+impl QueryResponse {
+    fn new(r: QueryResult, cfg: &QueryConfig) -> QueryResponse {
+        QueryResponse {
+            answer: r.answer,
+            ready: r.ready,
+            confidence: r.confidence,
+            iteration: r.drafts.len(),
+            refinement_history: r.drafts,
+            nodes_examined: r.nodes_examined,
+            tokens_processed: r.tokens_processed,
+            sub_calls_made: r.sub_calls_made,
+            citations: r.citations,
+            iterations: r.iterations,
+            navigation_history: r.refinement_history,
+            trajectory: r.trajectory,
+            usage: r.usage,
+            strategy: cfg.strategy.to_string(),
+            start_level: upper(cfg.start_level),
+            max_iterations: cfg.max_iterations,
+        }
+    }
+}
+
+/// Counts a running query against its scopes until dropped.
+struct Active<'a> {
+    s: &'a AppState,
+    scopes: Vec<String>,
+}
+
+impl<'a> Active<'a> {
+    fn new(s: &'a AppState, scopes: Vec<String>) -> Active<'a> {
+        let mut a = s.active.lock().expect("poisoned");
+        for sc in &scopes {
+            *a.entry(sc.clone()).or_insert(0) += 1;
+        }
+        drop(a);
+        Active { s, scopes }
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        let mut a = self.s.active.lock().expect("poisoned");
+        for sc in &self.scopes {
+            if let Some(n) = a.get_mut(sc) {
+                *n -= 1;
+                if *n == 0 {
+                    a.remove(sc);
+                }
+            }
+        }
+    }
+}
+
+async fn run_query(
+    s: &Arc<AppState>,
+    scopes: Vec<String>,
+    question: String,
+    cfg: QueryConfig,
+    query_type: &str,
+) -> ApiResult<QueryResult> {
+    let now = unix_now();
+    let t0 = Instant::now();
+    let names = if scopes.is_empty() {
+        s.engine.scope_names()?
+    } else {
+        scopes.clone()
+    };
+    let _active = Active::new(s, names.clone());
+    // Navigation reads sled and tantivy synchronously between its awaits: run it on a
+    // blocking thread (driving its model calls through the runtime handle) so the
+    // executor's threads keep serving other requests.
+    let (st, sc, q, qcfg) = (s.clone(), scopes, question.clone(), cfg.clone());
+    let handle = tokio::runtime::Handle::current();
+    let r = blocking(move || {
+        Ok(handle.block_on(st.engine.query_with(
+            &sc,
+            &q,
+            &qcfg,
+            now,
+            &crate::progress::NoProgress,
+        ))?)
+    })
+    .await?;
+    let seconds = t0.elapsed().as_secs_f64();
+    s.metrics.observe_query(&r, seconds);
+    let level = upper(cfg.start_level);
+    s.metrics.observe_query_as(
+        &QueryEvent {
+            query_type,
+            level: &level,
+            strategy: cfg.strategy.name(),
+            seconds,
+        },
+        Some(&r),
+    );
+    let summary = QuerySummary {
+        query: question,
+        ready: r.ready,
+        confidence: r.confidence,
+        iterations: r.iterations,
+        refinement_history: r.refinement_history.clone(),
+        at: now,
+    };
+    let mut queried = s.queried.lock().expect("poisoned");
+    for name in names {
+        queried.insert(name, (now, summary.clone()));
+    }
+    Ok(r)
+}
+
+/// Answers a question about one debate with cited source spans.
+#[utoipa::path(post, path = "/api/v1/debates/{id}/query-rlm", tag = "rlm",
+    params(("id" = String, Path, description = "The debate")),
+    request_body = DebateQuery,
+    responses((status = 200, description = "The answer", body = QueryResponse)))]
+pub(in crate::server) async fn query_debate(
+    State(s): State<Arc<AppState>>,
+    matched: MatchedPath,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(q): ApiJson<DebateQuery>,
+) -> ApiResult<Json<QueryResponse>> {
+    check_debate_id(&matched, &id)?;
+    let cfg = query_config(
+        &s,
+        &Knobs {
+            query: &q.query,
+            strategy: q.strategy.as_deref(),
+            max_iterations: q.max_iterations,
+            start_level: q.start_level.as_deref(),
+            max_nodes: None,
+        },
+    )?;
+    s.engine.scope(&id)?;
+    let r = run_query(&s, vec![id], q.query, cfg.clone(), QUERY_TYPES[0]).await?;
+    Ok(Json(QueryResponse::new(r, &cfg)))
+}
+
+/// Answers a question over one context (a scope): `/rlm/query`. Returns the context, whether
+/// it was refined (`refine`: the given iterations; otherwise the configured ones) and the
+/// answer.
+pub(in crate::server) async fn query_context(
+    s: &Arc<AppState>,
+    q: ContextQuery,
+) -> ApiResult<(String, bool, QueryResponse)> {
+    let refine = q.refine.unwrap_or(false);
+    let cfg = query_config(
+        s,
+        &Knobs {
+            query: &q.query,
+            strategy: q.strategy.as_deref(),
+            max_iterations: if refine { q.max_iterations } else { None },
+            start_level: q.start_level.as_deref(),
+            max_nodes: None,
+        },
+    )?;
+    if s.engine.scope(&q.context_id).is_err() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("context not found: {:?}", q.context_id),
+        ));
+    }
+    let r = run_query(
+        s,
+        vec![q.context_id.clone()],
+        q.query,
+        cfg.clone(),
+        QUERY_TYPES[2],
+    )
+    .await?;
+    Ok((q.context_id, refine, QueryResponse::new(r, &cfg)))
+}
+
+/// A knowledge query's answer: the query's fields, and aragora's `sources`.
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct KnowledgeResponse {
+    #[serde(flatten)]
+    result: QueryResponse,
+    /// The cited sources, each once, in citation order.
+    sources: Vec<String>,
+    /// The scopes searched (empty: all).
+    scopes: Vec<String>,
+    workspace_id: Option<String>,
+}
+
+/// Answers a question across scopes (aragora's knowledge mound: a workspace is a scope).
+#[utoipa::path(post, path = "/api/v1/knowledge/query-rlm", tag = "rlm",
+    request_body = KnowledgeQuery,
+    responses((status = 200, description = "The answer", body = KnowledgeResponse)))]
+pub(in crate::server) async fn query_knowledge(
+    State(s): State<Arc<AppState>>,
+    ApiJson(q): ApiJson<KnowledgeQuery>,
+) -> ApiResult<Json<KnowledgeResponse>> {
+    let mut scopes = q.scopes.clone().unwrap_or_default();
+    if let Some(w) = &q.workspace_id {
+        if !aragora_id(w) {
+            return Err(ApiError::bad(format!(
+                "invalid workspace_id {w:?}: 1-100 characters of A-Z, a-z, 0-9, - and _"
+            )));
+        }
+        if !scopes.contains(w) {
+            scopes.push(w.clone());
+        }
+    }
+    let cfg = query_config(
+        &s,
+        &Knobs {
+            query: &q.query,
+            strategy: q.strategy.as_deref(),
+            max_iterations: q.max_iterations,
+            start_level: q.start_level.as_deref(),
+            max_nodes: q.max_nodes,
+        },
+    )?;
+    for sc in &scopes {
+        s.engine.scope(sc)?;
+    }
+    let r = run_query(&s, scopes.clone(), q.query, cfg.clone(), QUERY_TYPES[1]).await?;
+    let mut seen = HashSet::new();
+    let sources = r
+        .citations
+        .iter()
+        .filter(|c| seen.insert(c.source.clone()))
+        .map(|c| c.source.clone())
+        .collect();
+    Ok(Json(KnowledgeResponse {
+        result: QueryResponse::new(r, &cfg),
+        sources,
+        scopes,
+        workspace_id: q.workspace_id,
+    }))
+}

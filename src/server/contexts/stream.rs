@@ -1,0 +1,297 @@
+//! What the context API offers: strategies, streaming a context level by level, its modes.
+
+use super::*;
+
+/// One strategy.
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct StrategyInfo {
+    name: String,
+    description: String,
+    use_case: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct Strategies {
+    strategies: BTreeMap<String, StrategyInfo>,
+    default: String,
+    documentation: String,
+}
+
+fn describe(s: Strategy) -> (&'static str, &'static str, &'static str) {
+    match s {
+        Strategy::Auto => (
+            "Auto",
+            "The root model chooses every step when one is configured; otherwise the hierarchical descent",
+            "General purpose",
+        ),
+        Strategy::Offline => (
+            "Offline",
+            "Always the offline (BM25) navigator, its hierarchical descent; no model is called",
+            "Deterministic answers, no model cost",
+        ),
+        Strategy::Peek => (
+            "Peek",
+            "Reads the overview and every group's summary, keeps the groups whose text matches, reads their chunks whole",
+            "Rapid exploration, questions about what a section says",
+        ),
+        Strategy::Grep => (
+            "Grep",
+            "One flat search over every chunk (detailed and full text), no descent",
+            "Finding a specific fact, a name, a number",
+        ),
+        Strategy::PartitionMap => (
+            "Partition Map",
+            "Searches each group on its own and lets each group's best chunk compete (a root model: one helper call per group)",
+            "Questions whose evidence is spread over many rounds or sections",
+        ),
+        Strategy::Summarize => (
+            "Summarize",
+            "The compressed levels decide: groups by their SUMMARY, chunks by their DETAILED; full text is read only to cite",
+            "Long documents, getting the gist",
+        ),
+        Strategy::Hierarchical => (
+            "Hierarchical",
+            "Down the pre-built tree: ABSTRACT, groups by the evidence beneath them, chunks within the groups",
+            "Complex documents, iterative exploration",
+        ),
+    }
+}
+
+/// The strategies a query may name.
+#[utoipa::path(get, path = "/api/v1/rlm/strategies", tag = "rlm-contexts",
+    responses((status = 200, description = "The strategies", body = Strategies)))]
+pub(in crate::server) async fn strategies() -> Json<Strategies> {
+    Json(Strategies {
+        strategies: Strategy::ALL
+            .into_iter()
+            .map(|s| {
+                let (name, description, use_case) = describe(s);
+                (
+                    s.name().to_string(),
+                    StrategyInfo {
+                        name: name.into(),
+                        description: description.into(),
+                        use_case: use_case.into(),
+                    },
+                )
+            })
+            .collect(),
+        default: Strategy::default().name().into(),
+        documentation: "README.md, section Strategies".into(),
+    })
+}
+
+/// `POST /rlm/stream`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(in crate::server) struct StreamRequest {
+    context_id: String,
+    /// top_down (default), bottom_up, targeted or progressive.
+    #[serde(default)]
+    mode: Option<String>,
+    /// Only the nodes that match this search.
+    #[serde(default)]
+    query: Option<String>,
+    /// targeted: the level (default SUMMARY); otherwise the level to start from.
+    #[serde(default)]
+    level: Option<String>,
+    /// Tokens per chunk, about (default 500).
+    #[serde(default)]
+    chunk_size: Option<usize>,
+    #[serde(default)]
+    include_metadata: Option<bool>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct StreamChunk {
+    /// The level, upper case.
+    level: String,
+    content: String,
+    token_count: u64,
+    is_final: bool,
+    /// The node ids in the chunk (when include_metadata).
+    metadata: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct StreamResponse {
+    context_id: String,
+    mode: String,
+    query: Option<String>,
+    chunks: Vec<StreamChunk>,
+    total_chunks: usize,
+    timestamp: String,
+}
+
+/// The modes, in one place: (mode, description, use case).
+const MODES: [(&str, &str, &str); 4] = [
+    (
+        "top_down",
+        "ABSTRACT, then SUMMARY, DETAILED and FULL, each in reading order",
+        "When you need a quick overview first",
+    ),
+    (
+        "bottom_up",
+        "FULL, then DETAILED, SUMMARY and ABSTRACT",
+        "When you need specific details first",
+    ),
+    (
+        "targeted",
+        "One level only (`level`, default SUMMARY)",
+        "When you know exactly what level you need",
+    ),
+    (
+        "progressive",
+        "Like top_down, in chunks of `chunk_size` tokens (the HTTP answer holds them all)",
+        "For UIs that show content as it comes",
+    ),
+];
+
+/// A context's levels in reading order, in chunks of about `chunk_size` tokens.
+#[utoipa::path(post, path = "/api/v1/rlm/stream", tag = "rlm-contexts",
+    request_body = StreamRequest,
+    responses((status = 200, description = "The chunks", body = StreamResponse)))]
+pub(in crate::server) async fn stream(
+    State(s): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<StreamRequest>,
+) -> ApiResult<Json<StreamResponse>> {
+    let mode = req.mode.clone().unwrap_or_else(|| "top_down".into());
+    let down = [
+        Level::Abstract,
+        Level::Summary,
+        Level::Detailed,
+        Level::Full,
+    ];
+    let from: Option<Level> = req.level.as_deref().map(str::parse).transpose()?;
+    let levels: Vec<Level> = match mode.as_str() {
+        "top_down" | "progressive" => down
+            .into_iter()
+            .filter(|l| from.is_none_or(|f| *l <= f))
+            .collect(),
+        "bottom_up" => down
+            .into_iter()
+            .rev()
+            .filter(|l| from.is_none_or(|f| *l >= f))
+            .collect(),
+        "targeted" => vec![from.unwrap_or(Level::Summary)],
+        other => {
+            return Err(ApiError::bad(format!(
+                "unknown mode `{other}`: expected top_down, bottom_up, targeted or progressive"
+            )));
+        }
+    };
+    let chunk_size = req.chunk_size.unwrap_or(500).max(1);
+    let with_meta = req.include_metadata.unwrap_or(true);
+    let now = unix_now();
+    s.engine.scope(&req.context_id)?;
+    let (view, report) = s.engine.serving_view(&req.context_id, now).await?;
+    if let Some(r) = report {
+        s.metrics.observe_build(&r);
+    }
+    let (st, plan, context_id, query) = (
+        s.clone(),
+        view.plan,
+        req.context_id.clone(),
+        req.query.clone(),
+    );
+    let chunks = blocking(move || {
+        let matching: Option<HashSet<String>> = match &query {
+            Some(q) if !q.trim().is_empty() => Some(
+                st.engine
+                    .grep(std::slice::from_ref(&context_id), q, &levels, 1000, now)?
+                    .into_iter()
+                    .map(|h| h.id)
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let corpus = st.engine.corpus();
+        let mut out: Vec<StreamChunk> = Vec::new();
+        for level in levels {
+            let mut text = String::new();
+            let mut tokens = 0u64;
+            let mut ids: Vec<String> = Vec::new();
+            for id in plan.ids_at(level) {
+                let hex = id.to_hex();
+                if matching.as_ref().is_some_and(|m| !m.contains(&hex)) {
+                    continue;
+                }
+                let n = corpus.node(&id, now)?;
+                if !ids.is_empty() && tokens + n.tokens as u64 > chunk_size as u64 {
+                    out.push(chunk(level, &mut text, &mut tokens, &mut ids, with_meta));
+                }
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&n.text);
+                tokens += n.tokens as u64;
+                ids.push(hex);
+            }
+            if !ids.is_empty() {
+                out.push(chunk(level, &mut text, &mut tokens, &mut ids, with_meta));
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            last.is_final = true;
+        }
+        Ok(out)
+    })
+    .await?;
+    Ok(Json(StreamResponse {
+        context_id: req.context_id,
+        mode,
+        query: req.query,
+        total_chunks: chunks.len(),
+        chunks,
+        timestamp: iso8601(now),
+    }))
+}
+
+fn chunk(
+    level: Level,
+    text: &mut String,
+    tokens: &mut u64,
+    ids: &mut Vec<String>,
+    with_meta: bool,
+) -> StreamChunk {
+    let mut metadata = BTreeMap::new();
+    let ids = std::mem::take(ids);
+    if with_meta {
+        metadata.insert("node_ids".to_string(), ids);
+    }
+    StreamChunk {
+        level: level.name().to_ascii_uppercase(),
+        content: std::mem::take(text),
+        token_count: std::mem::take(tokens),
+        is_final: false,
+        metadata,
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct StreamMode {
+    mode: String,
+    description: String,
+    use_case: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(in crate::server) struct StreamModes {
+    modes: Vec<StreamMode>,
+}
+
+/// The modes of `/rlm/stream`.
+#[utoipa::path(get, path = "/api/v1/rlm/stream/modes", tag = "rlm-contexts",
+    responses((status = 200, description = "The modes", body = StreamModes)))]
+pub(in crate::server) async fn stream_modes() -> Json<StreamModes> {
+    Json(StreamModes {
+        modes: MODES
+            .iter()
+            .map(|(m, d, u)| StreamMode {
+                mode: m.to_string(),
+                description: d.to_string(),
+                use_case: u.to_string(),
+            })
+            .collect(),
+    })
+}
