@@ -67,7 +67,7 @@ impl Engine {
                 plans.push(self.ensure_built(s, now, progress).await?.0);
             }
             // Appends leave their chunks pending; a query searches everything stored.
-            self.sync_index()?;
+            off_executor(|| self.sync_index())?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
             explorer.embed_question(question).await;
             match self
@@ -79,7 +79,7 @@ impl Engine {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
                     crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
                 }
-                None => crate::navigate::offline(explorer, question),
+                None => off_executor(|| crate::navigate::offline(explorer, question)),
             }
         })
         .await?;
@@ -135,5 +135,18 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+}
+
+/// Runs synchronous work (the offline navigator's scoring, index commits: CPU and disk)
+/// without stalling the runtime's other tasks: on a multi-threaded runtime the worker
+/// hands its tasks to another thread first (`block_in_place`); elsewhere (a current-thread
+/// runtime, no runtime) it runs inline.
+fn off_executor<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }

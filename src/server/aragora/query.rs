@@ -191,21 +191,11 @@ async fn run_query(
         scopes.clone()
     };
     let _active = Active::new(s, names.clone());
-    // Navigation reads sled and tantivy synchronously between its awaits: run it on a
-    // blocking thread (driving its model calls through the runtime handle) so the
-    // executor's threads keep serving other requests.
-    let (st, sc, q, qcfg) = (s.clone(), scopes, question.clone(), cfg.clone());
-    let handle = tokio::runtime::Handle::current();
-    let r = blocking(move || {
-        Ok(handle.block_on(st.engine.query_with(
-            &sc,
-            &q,
-            &qcfg,
-            now,
-            &crate::progress::NoProgress,
-        ))?)
-    })
-    .await?;
+    // The engine keeps its synchronous work (scoring, index commits) off the executor.
+    let r = s
+        .engine
+        .query_with(&scopes, &question, &cfg, now, &crate::progress::NoProgress)
+        .await?;
     let seconds = t0.elapsed().as_secs_f64();
     s.metrics.observe_query(&r, seconds);
     let level = upper(cfg.start_level);
