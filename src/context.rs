@@ -354,3 +354,82 @@ impl Packer {
         Ok(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::engine::Engine;
+    use crate::source::{InputFile, Turn, turn_input};
+
+    fn debate(rounds: u32) -> Engine {
+        let e = Engine::in_memory(Config::default()).unwrap();
+        let mut sources = Vec::new();
+        for r in 1..=rounds {
+            for sp in ["ana", "ben"] {
+                let text = format!(
+                    "In round {r} {sp} argued that the levy should rise by {r} percent. \
+                     The committee heard the objection and moved on to other business."
+                );
+                let t = Turn {
+                    round: r,
+                    speaker: sp.to_string(),
+                    text,
+                };
+                sources.push(turn_input(format!("d#{r}-{sp}"), t).unwrap());
+            }
+        }
+        let bytes = sources.iter().map(|s| s.text.len() as u64).sum();
+        let file = InputFile {
+            path: "d.jsonl".into(),
+            kind: ScopeKind::Debate,
+            sources,
+            bytes,
+        };
+        e.ingest("d", &[file], 0).unwrap();
+        e
+    }
+
+    #[test]
+    fn levels_parse_in_any_case_and_auto_is_a_choice() {
+        assert_eq!("AUTO".parse::<LevelChoice>().unwrap(), LevelChoice::Auto);
+        assert_eq!(
+            "Summary".parse::<LevelChoice>().unwrap(),
+            LevelChoice::Fixed(Level::Summary)
+        );
+        let e = "huge".parse::<LevelChoice>().unwrap_err().to_string();
+        assert!(e.contains("unknown level `huge`"), "{e}");
+        assert!(check_budget(0).is_err() && check_budget(1).is_ok());
+    }
+
+    #[tokio::test]
+    async fn every_window_fits_its_budget_in_real_tokens_and_debates_keep_the_latest() {
+        let e = debate(30);
+        for budget in [1, 40, 200, 900, 5000] {
+            for choice in [
+                LevelChoice::Auto,
+                LevelChoice::Fixed(Level::Full),
+                LevelChoice::Fixed(Level::Summary),
+            ] {
+                let w = e
+                    .context("d", choice, budget, 0, &crate::progress::NoProgress)
+                    .await
+                    .unwrap();
+                assert!(w.tokens <= budget, "{choice} at {budget}: {}", w.tokens);
+                assert_eq!(w.tokens, crate::token::count(&w.text));
+            }
+        }
+        let w = e
+            .context(
+                "d",
+                LevelChoice::Fixed(Level::Full),
+                300,
+                0,
+                &crate::progress::NoProgress,
+            )
+            .await
+            .unwrap();
+        assert!(w.text.contains("round 30"), "{}", w.text);
+        assert!(!w.text.contains("round 1 "), "{}", w.text);
+    }
+}

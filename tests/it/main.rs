@@ -5,6 +5,7 @@ mod aragora_sdk;
 mod bad_input;
 mod chunk_boundaries;
 mod cli;
+mod context;
 mod crash;
 #[cfg(target_os = "linux")]
 mod diskfull;

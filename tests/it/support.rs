@@ -356,3 +356,73 @@ impl Server {
             .unwrap()
     }
 }
+
+/// Snapshot check of a context window of the sample data: the level, the tokens used of
+/// the budget, each node (level, tokens) in order, and the first line of every block of
+/// text. Rewritten with `UPDATE_EXPECT=1` when a change is intended.
+pub fn check_window(scope: &str, choice: strata::LevelChoice, budget: usize, expect: Expect) {
+    let e = demo_engine();
+    let w = rt()
+        .block_on(e.context(scope, choice, budget, T0, &NoProgress))
+        .unwrap();
+    assert!(
+        w.tokens <= budget,
+        "{} tokens over a budget of {budget}",
+        w.tokens
+    );
+    assert_eq!(w.tokens, strata::token::count(&w.text));
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} level, {} of {} tokens, {} node(s), {} omitted",
+        w.level,
+        w.tokens,
+        w.budget,
+        w.nodes.len(),
+        w.omitted
+    );
+    let mut levels: Vec<String> = Vec::new();
+    for n in &w.nodes {
+        let l = format!("{:?}", n.level).to_lowercase();
+        match levels.last_mut() {
+            Some(last) if last.starts_with(&format!("{l} ×")) => {
+                let k: usize = last.rsplit('×').next().unwrap().trim().parse().unwrap();
+                *last = format!("{l} × {}", k + 1);
+            }
+            _ => levels.push(format!("{l} × 1")),
+        }
+    }
+    let _ = writeln!(s, "nodes: {}", levels.join(", "));
+    // Block headers; consecutive `## Round N (level)` of one level as one range.
+    let mut run: Option<(u32, u32, String)> = None;
+    let flush = |s: &mut String, run: &mut Option<(u32, u32, String)>| {
+        if let Some((a, b, l)) = run.take() {
+            let r = if a == b {
+                format!("{a}")
+            } else {
+                format!("{a}-{b}")
+            };
+            let _ = writeln!(s, "## Round {r} ({l})");
+        }
+    };
+    for line in w.text.lines().filter(|l| l.starts_with("## ")) {
+        let round = line
+            .strip_prefix("## Round ")
+            .and_then(|r| r.split_once(" ("))
+            .and_then(|(n, l)| Some((n.parse::<u32>().ok()?, l.trim_end_matches(')'))));
+        match (round, run.as_mut()) {
+            (Some((n, l)), Some((_, b, rl))) if *rl == l && n == *b + 1 => *b = n,
+            (Some((n, l)), _) => {
+                flush(&mut s, &mut run);
+                run = Some((n, n, l.to_string()));
+            }
+            (None, _) => {
+                flush(&mut s, &mut run);
+                let clipped: String = line.chars().take(90).collect();
+                let _ = writeln!(s, "{clipped}");
+            }
+        }
+    }
+    flush(&mut s, &mut run);
+    expect.assert_eq(&s);
+}
