@@ -247,7 +247,7 @@ fn sample_nodes(now: u64) -> Vec<Node> {
             tags: None,
         };
         let full = Node {
-            id: full_id(source, c.start, c.end, &body),
+            id: full_id("docs", source, c.start, c.end, &body),
             scope: "docs".into(),
             level: Level::Full,
             text: body.clone(),

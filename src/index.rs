@@ -399,7 +399,7 @@ mod tests {
 
     fn node(scope: &str, level: Level, source: &str, text: &str) -> Node {
         Node {
-            id: full_id(&format!("{scope}/{source}"), 0, text.len(), text),
+            id: full_id(scope, source, 0, text.len(), text),
             scope: scope.to_string(),
             level,
             text: text.to_string(),

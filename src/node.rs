@@ -60,9 +60,15 @@ impl IdHasher {
     }
 }
 
-/// The id of a FULL node: its source, its span and its verbatim text.
-pub fn full_id(source: &str, start: usize, end: usize, text: &str) -> NodeId {
+/// The id of a FULL node: its scope, its source, its span and its verbatim text. The scope
+/// is part of it because a node belongs to one scope (its index document is filtered by
+/// it): two scopes ingesting the same file must not share, and so overwrite, its nodes.
+/// Lengths go first, so no two (scope, source) pairs hash alike.
+pub fn full_id(scope: &str, source: &str, start: usize, end: usize, text: &str) -> NodeId {
     IdHasher::new(Level::Full, "")
+        .bytes(&(scope.len() as u64).to_le_bytes())
+        .bytes(scope.as_bytes())
+        .bytes(&(source.len() as u64).to_le_bytes())
         .bytes(source.as_bytes())
         .bytes(&(start as u64).to_le_bytes())
         .bytes(&(end as u64).to_le_bytes())

@@ -388,7 +388,7 @@ fn full_nodes(scope: &str, s: &SourceInput, chunks: &[Chunk], now: u64) -> Vec<N
         .map(|c| {
             let text = s.text[c.start..c.end].to_string();
             Node {
-                id: full_id(&s.id, c.start, c.end, &text),
+                id: full_id(scope, &s.id, c.start, c.end, &text),
                 scope: scope.to_string(),
                 level: Level::Full,
                 tokens: c.tokens as u32,

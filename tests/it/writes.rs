@@ -268,3 +268,40 @@ fn writes_are_refused_up_front_when_the_disk_lacks_room() {
     assert_eq!(e.scope_names().unwrap(), ["x"]);
     assert_eq!(e.scope_stats("x", T0).unwrap().sources, 1);
 }
+
+#[test]
+fn two_scopes_holding_the_same_file_keep_their_own_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.md");
+    std::fs::write(
+        &path,
+        "# Notes\n\nThe harbour levy was raised to 4 percent in March after a long debate.\n",
+    )
+    .unwrap();
+    let e = Engine::in_memory(Config::default()).unwrap();
+    for scope in ["one", "two"] {
+        e.ingest_files(scope, None, std::slice::from_ref(&path), T0)
+            .unwrap();
+        rt().block_on(e.compress(scope, T0, &NoProgress)).unwrap();
+    }
+    for scope in ["one", "two"] {
+        let hits = e
+            .grep(&[scope.to_string()], "harbour levy", &[], 10, T0)
+            .unwrap();
+        assert!(
+            !hits.is_empty(),
+            "{scope}: its chunk is found in its own scope"
+        );
+        assert!(hits.iter().all(|h| h.scope == scope), "{hits:?}");
+        let r = rt()
+            .block_on(e.query(
+                &[scope.to_string()],
+                "What was the harbour levy raised to?",
+                T0,
+                &NoProgress,
+            ))
+            .unwrap();
+        check_citations(&e, &r);
+        assert!(r.answer.contains("4 percent"), "{scope}: {}", r.answer);
+    }
+}
