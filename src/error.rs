@@ -48,6 +48,9 @@ pub enum Error {
     /// A configuration file or variable is wrong.
     #[error("config: {0}")]
     Config(String),
+    /// A bug of ours, not the caller's: a worker panicked. HTTP 500.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {

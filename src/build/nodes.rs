@@ -358,7 +358,7 @@ impl Run<'_> {
                 offline::tags(&refs, 12)
             })
             .await
-            .map_err(crate::Error::invalid)?
+            .map_err(crate::Error::Internal)?
         };
         let mut meta = target.meta.clone();
         let text = render_tags(&meta, &tags);
@@ -394,7 +394,7 @@ impl Run<'_> {
             (text, t)
         })
         .await
-        .map_err(crate::Error::invalid)?;
+        .map_err(crate::Error::Internal)?;
         Ok(Node {
             id,
             scope: self.b.plan.scope.clone(),

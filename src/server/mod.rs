@@ -80,6 +80,8 @@ impl From<Error> for ApiError {
             Error::Invalid(_) | Error::Io { .. } | Error::Config(_) => StatusCode::BAD_REQUEST,
             Error::UnknownScope { .. } => StatusCode::NOT_FOUND,
             Error::NotBuilt(_) | Error::InUse(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::DiskFull(_) => StatusCode::INSUFFICIENT_STORAGE,
+            Error::Model(_) => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() {
@@ -222,7 +224,7 @@ pub async fn run(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(|e| Error::Invalid(format!("server: {e}")))?;
+        .map_err(|e| Error::Internal(format!("server: {e}")))?;
 
     let _ = stop_tx.send(true);
     for w in workers {

@@ -286,12 +286,16 @@ fn a_second_build_makes_no_embedding_calls() {
         (0, first.embedded, 0, 0)
     );
 
-    // Vectors belong to nodes, not scopes: the same files in another scope are the same
-    // nodes, so their vectors are reused too.
+    // Vectors belong to nodes, and a node to one scope: the same files in another scope
+    // are other nodes (they must not share index documents), embedded once for that scope,
+    // and reused by its own rebuilds.
     e.ingest_files("copy", None, &docs(dir.path()), T0).unwrap();
     let copy = compress(&rt, &e, "copy", T0).embeddings.unwrap();
-    assert_eq!(mock.requests.load(Ordering::SeqCst), sent);
+    assert_eq!((copy.embedded, copy.reused), (first.embedded, 0));
+    let sent = mock.requests.load(Ordering::SeqCst);
+    let copy = compress(&rt, &e, "copy", T0).embeddings.unwrap();
     assert_eq!((copy.embedded, copy.reused), (0, first.embedded));
+    assert_eq!(mock.requests.load(Ordering::SeqCst), sent);
 
     // A rebuild after expiry makes the same nodes again: still no embedding call.
     let later = T0 + e.config().store.ttl_secs + 1;

@@ -12,8 +12,8 @@
 //!   index has not committed yet. Set in the same transaction as the change, cleared
 //!   (compare-and-swap on the generation) only after tantivy's commit.
 //! - `embeddings`: 8-byte hash of the embedder's identity ++ node id → unit vector
-//!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every scope and
-//!   every rebuild that reaches the node.
+//!   (`Vec<f32>`). Nodes are content-addressed, so one vector serves every rebuild of
+//!   its scope that reaches the node.
 //! - `fallbacks`: node id → [`FallbackMark`]: the node was made by the offline fallback
 //!   (or built over such a node). Written with the node, removed with it, cleared when the
 //!   node is overwritten by a model-made version.
