@@ -61,6 +61,8 @@ pub(crate) struct Explorer<'a> {
     pub(super) spent_before: (u32, u64),
     /// Dense retrieval, when the engine has an embedder: every search is hybrid.
     pub(super) dense: Option<Dense>,
+    /// When navigation began (steps carry their time since).
+    started: std::time::Instant,
 }
 
 impl<'a> Explorer<'a> {
@@ -83,6 +85,7 @@ impl<'a> Explorer<'a> {
             no_narrowing: 0,
             spent_before: (0, 0),
             dense: corpus.dense(),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -117,6 +120,11 @@ impl<'a> Explorer<'a> {
         self.trajectory.push(Step {
             action: action.to_string(),
             detail,
+            iteration: self.iterations,
+            at_ms: self.started.elapsed().as_millis() as u64,
+            tokens: self.tokens,
+            sub_calls: self.sub_calls,
+            working: self.working.iter().take(32).map(|(id, _)| id.to_hex()).collect(),
         });
     }
 

@@ -24,10 +24,23 @@ pub struct Citation {
     pub speaker: Option<String>,
 }
 
+/// One step of a query's trajectory: what the navigator did and saw, and where it stood
+/// then (`strata query --trace` writes these as JSON Lines; `strata trace` renders them).
 #[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Step {
     pub action: String,
+    /// What the action observed (hits, tokens read, what was chosen).
     pub detail: String,
+    /// Iterations completed before this step.
+    pub iteration: u32,
+    /// Milliseconds since the query's navigation began.
+    pub at_ms: u64,
+    /// Tokens read so far.
+    pub tokens: u64,
+    /// Sub-model calls so far.
+    pub sub_calls: u32,
+    /// The working set when the step was taken, best first (at most 32 ids).
+    pub working: Vec<String>,
 }
 
 /// The answer and how it was found.
