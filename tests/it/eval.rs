@@ -235,4 +235,15 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
     let at = |b: usize| report.retention.iter().find(|r| r.budget == b).unwrap();
     // More budget never keeps fewer facts than the transcript's tail does.
     assert!(at(8_000).last_b >= at(1_000).last_b);
+    // Floors (today: 55 / 92 / 95 / 100 %, decoys 0 %, last-B 2–10 %).
+    for (b, min) in [(1_000, 0.4), (2_000, 0.75), (4_000, 0.8), (8_000, 0.85)] {
+        let r = at(b);
+        assert!(r.retention >= min, "{b}: {r:?}");
+        assert!(r.retention >= 3.0 * r.last_b, "{b}: {r:?}");
+        assert!(r.decoy_rate <= 0.5 * r.retention, "{b}: {r:?}");
+        assert!(
+            r.overview_tokens > 0,
+            "{b}: the overview is in every window"
+        );
+    }
 }
