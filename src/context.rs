@@ -463,15 +463,14 @@ fn trim_overview(item: Item, limit: usize) -> Option<Item> {
         } else {
             token::count(label)
         };
-        if used + s.tokens + extra + 1 <= limit {
+        if used + s.tokens + extra < limit {
             used += s.tokens + extra + 1;
             keep[i] = true;
         }
     }
     let mut body = String::new();
     let mut last_line = None;
-    for (i, s) in sents.iter().enumerate().filter(|(i, _)| keep[*i]) {
-        let _ = i;
+    for s in sents.iter().zip(&keep).filter(|(_, k)| **k).map(|(s, _)| s) {
         let raw = text[s.start..s.end].trim();
         if last_line == Some(s.line) {
             body.push(' ');

@@ -109,7 +109,7 @@ pub enum Cmd {
     /// Measure answer quality on generated tasks over real text (needles in haystacks,
     /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
     /// eval.svg. Uses its own stores under --out, never --db.
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
 }
 
 #[derive(clap::Args)]

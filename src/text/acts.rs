@@ -131,7 +131,7 @@ fn words(s: &str) -> String {
 fn has_phrase(ws: &str, phrase: &str) -> bool {
     let mut p = String::with_capacity(phrase.len() + 2);
     p.push(' ');
-    p.push_str(&words(phrase).trim().to_string());
+    p.push_str(words(phrase).trim());
     p.push(' ');
     ws.contains(&p)
 }
