@@ -45,7 +45,26 @@ impl std::fmt::Display for LevelChoice {
 pub struct ContextNode {
     pub id: String,
     pub level: Level,
+    /// Tokens of the node (the whole node, also when only part of it is in the window).
     pub tokens: u32,
+    /// `overview` (the whole scope), `history` (older groups) or `recent` (the newest
+    /// group at a fine level); fixed levels are `history`.
+    pub part: &'static str,
+    /// What the node covers: its first and last group (`Round 3`, a document section).
+    pub covers: Covers,
+    /// Only the most important sentences of the node are in the window (an overview
+    /// trimmed to its share of the budget).
+    pub partial: bool,
+}
+
+/// The span of the scope a part of a window covers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Covers {
+    pub from: String,
+    pub to: String,
+    /// Debates: the first and last round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<(u32, u32)>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -69,6 +88,10 @@ struct Item {
     nodes: Vec<(NodeId, Level, u32)>,
     /// Position in scope order, for output ordering.
     order: usize,
+    /// The groups the block covers (first, last), and whether the body is only part of
+    /// its node.
+    groups: (usize, usize),
+    partial: bool,
 }
 
 impl Item {
@@ -105,6 +128,24 @@ pub(crate) fn window(
         LevelChoice::Auto => auto(corpus, plan, budget, now)?,
     };
     let (text, tokens, items, dropped) = fit(items, budget);
+    let last = plan.groups.len().saturating_sub(1);
+    let covers = |(a, b): (usize, usize)| {
+        let label = |g: usize| {
+            plan.groups
+                .get(g)
+                .map(|g| g.label.clone())
+                .unwrap_or_default()
+        };
+        Covers {
+            from: label(a),
+            to: label(b),
+            rounds: plan
+                .groups
+                .get(a)
+                .and_then(|g| g.round)
+                .zip(plan.groups.get(b).and_then(|g| g.round)),
+        }
+    };
     Ok(ContextWindow {
         scope: plan.scope.clone(),
         level: choice.to_string(),
@@ -113,11 +154,24 @@ pub(crate) fn window(
         text,
         nodes: items
             .iter()
-            .flat_map(|i| i.nodes.iter())
-            .map(|(id, level, tokens)| ContextNode {
+            .flat_map(|i| i.nodes.iter().map(move |n| (i, n)))
+            .map(|(i, (id, level, tokens))| ContextNode {
                 id: id.to_hex(),
                 level: *level,
                 tokens: *tokens,
+                part: if i.order == OVERVIEW {
+                    "overview"
+                } else if choice == LevelChoice::Auto
+                    && plan.kind == ScopeKind::Debate
+                    && i.groups.1 == last
+                    && *level < Level::Summary
+                {
+                    "recent"
+                } else {
+                    "history"
+                },
+                covers: covers(i.groups),
+                partial: i.partial,
             })
             .collect(),
         omitted: omitted_before + dropped,
@@ -193,6 +247,8 @@ fn group_item(corpus: &Corpus<'_>, plan: &Plan, gi: usize, level: Level, now: u6
                 body: body.trim_end().to_string(),
                 nodes,
                 order,
+                groups: (gi, gi),
+                partial: false,
             })
         }
         _ => {
@@ -202,17 +258,21 @@ fn group_item(corpus: &Corpus<'_>, plan: &Plan, gi: usize, level: Level, now: u6
                 body: n.text.clone(),
                 nodes: vec![(n.id, n.level, n.tokens)],
                 order,
+                groups: (gi, gi),
+                partial: false,
             })
         }
     }
 }
 
-fn overview(n: &Node) -> Item {
+fn overview(plan: &Plan, n: &Node) -> Item {
     Item {
         header: Some(format!("## Overview ({})", n.level)),
         body: n.text.clone(),
         nodes: vec![(n.id, n.level, n.tokens)],
         order: OVERVIEW,
+        groups: (0, plan.groups.len().saturating_sub(1)),
+        partial: false,
     }
 }
 
@@ -229,9 +289,10 @@ fn fixed(
     now: u64,
 ) -> Result<(Vec<Item>, usize)> {
     let all: Vec<Item> = match level {
-        Level::Abstract => vec![overview(&corpus.node(&plan.abstract_id, now)?)],
+        Level::Abstract => vec![overview(plan, &corpus.node(&plan.abstract_id, now)?)],
         Level::Metadata => {
             let mut v = vec![overview(
+                plan,
                 &corpus.node(&plan.metadata[&plan.abstract_id], now)?,
             )];
             for (gi, g) in plan.groups.iter().enumerate() {
@@ -241,6 +302,8 @@ fn fixed(
                     body: n.text.clone(),
                     nodes: vec![(n.id, n.level, n.tokens)],
                     order: gi + 1,
+                    groups: (gi, gi),
+                    partial: false,
                 });
             }
             v
@@ -270,11 +333,21 @@ fn fixed(
     Ok((picked, omitted))
 }
 
-/// The best mix under the budget. Debates: the ABSTRACT of the whole, the latest round in
-/// FULL (DETAILED if FULL does not fit in half the budget), a SUMMARY of every older round
-/// (most recent first if not all fit), then more recent rounds upgraded to FULL or DETAILED
-/// while the budget allows. Documents: the ABSTRACT, a SUMMARY of every section in order,
-/// then sections upgraded in order.
+/// The share of an `auto` window the overview may take when the whole ABSTRACT does not
+/// fit in [`OVERVIEW_WHOLE`] of it: its most important sentences, up to this share.
+const OVERVIEW_SHARE: f64 = 0.65;
+/// The whole ABSTRACT goes in when it takes at most this share of the window.
+const OVERVIEW_WHOLE: f64 = 0.75;
+
+/// The best mix under the budget. First an overview of the whole scope, at every budget:
+/// the ABSTRACT, or — when it takes more than three quarters of the window — its most
+/// important sentences (`text::importance`: decisions, proposals with figures, objections,
+/// commitments, changes of position first; small talk last) up to about two thirds of
+/// it, in their original order with their round labels. Then, for debates, the latest
+/// round in FULL (DETAILED if FULL does not fit in half of what is left), a SUMMARY of
+/// every older round (most recent first if not all fit, as a contiguous run), then more
+/// recent rounds upgraded to FULL or DETAILED while the budget allows. Documents: a
+/// SUMMARY of every section in order, then sections upgraded in order.
 fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<Item>, usize)> {
     let n = plan.groups.len();
     let mut p = Packer {
@@ -282,19 +355,21 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
         costs: vec![0; n],
         used: 0,
     };
-    let abs = overview(&corpus.node(&plan.abstract_id, now)?);
+    let abs = overview(plan, &corpus.node(&plan.abstract_id, now)?);
     let c = cost(&abs);
-    // The overview is worth at most half the window: past that, the groups say more.
-    if c <= budget / 2 {
+    if (c as f64) <= OVERVIEW_WHOLE * budget as f64 {
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
+    } else if let Some(trimmed) = trim_overview(abs, (OVERVIEW_SHARE * budget as f64) as usize) {
+        p.used += cost(&trimmed);
+        p.items[OVERVIEW] = Some(trimmed);
     }
     let order: Vec<usize> = match plan.kind {
         ScopeKind::Debate => (0..n).rev().collect(),
         ScopeKind::Doc => (0..n).collect(),
     };
     let fine = [Level::Full, Level::Detailed];
-    if plan.kind == ScopeKind::Debate && n > 0 {
+    if plan.kind == ScopeKind::Debate && n > 0 && p.used < budget {
         let half = p.used + (budget - p.used) / 2;
         p.place(corpus, plan, now, n - 1, &fine, half)?;
     }
@@ -321,6 +396,104 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     }
     let omitted = p.items.iter().skip(1).filter(|i| i.is_none()).count();
     Ok((p.items.into_iter().flatten().collect(), omitted))
+}
+
+/// The overview cut to `limit` tokens: its sentences ranked by importance (then by facts
+/// per token, then earlier first), kept while they fit, rendered in their original order.
+/// A kept sentence that does not open its line gets its line's label (`Round 12:`), so
+/// every kept sentence still says where it comes from. None when not even one fits.
+fn trim_overview(item: Item, limit: usize) -> Option<Item> {
+    let text = &item.body;
+    let header_cost = item.header.as_deref().map_or(0, token::count) + 2;
+    if limit <= header_cost {
+        return None;
+    }
+    // (line start, label) for each line.
+    let mut lines: Vec<(usize, &str)> = Vec::new();
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let label = line
+            .find(": ")
+            .filter(|&k| k <= 40 && !line[..k].contains(['.', '!', '?']))
+            .map_or("", |k| &line[..k + 2]);
+        lines.push((at, label));
+        at += line.len();
+    }
+    struct S {
+        start: usize,
+        end: usize,
+        line: usize,
+        tier: i32,
+        density: f64,
+        tokens: usize,
+    }
+    let mut sents: Vec<S> = Vec::new();
+    for sp in crate::text::sentences(text) {
+        let raw = text[sp.start..sp.end].trim();
+        if raw.is_empty() {
+            continue;
+        }
+        let line = lines.partition_point(|l| l.0 <= sp.start).saturating_sub(1);
+        let facts = crate::text::facts(raw).count();
+        let tokens = token::count(raw);
+        sents.push(S {
+            start: sp.start,
+            end: sp.end,
+            line,
+            tier: (crate::text::importance(raw) * 2.0).floor() as i32,
+            density: facts as f64 / tokens.max(1) as f64,
+            tokens,
+        });
+    }
+    let mut rank: Vec<usize> = (0..sents.len()).collect();
+    rank.sort_by(|&a, &b| {
+        let (x, y) = (&sents[a], &sents[b]);
+        y.tier
+            .cmp(&x.tier)
+            .then(y.density.total_cmp(&x.density))
+            .then(a.cmp(&b))
+    });
+    let mut keep = vec![false; sents.len()];
+    let mut used = header_cost;
+    for i in rank {
+        let s = &sents[i];
+        let label = lines[s.line].1;
+        let extra = if label.is_empty() || lines[s.line].0 == s.start {
+            0
+        } else {
+            token::count(label)
+        };
+        if used + s.tokens + extra < limit {
+            used += s.tokens + extra + 1;
+            keep[i] = true;
+        }
+    }
+    let mut body = String::new();
+    let mut last_line = None;
+    for s in sents.iter().zip(&keep).filter(|(_, k)| **k).map(|(s, _)| s) {
+        let raw = text[s.start..s.end].trim();
+        if last_line == Some(s.line) {
+            body.push(' ');
+        } else {
+            if !body.is_empty() {
+                body.push('\n');
+            }
+            let (start, label) = lines[s.line];
+            if start != s.start && !raw.starts_with(label.trim_end()) {
+                body.push_str(label);
+            }
+        }
+        body.push_str(raw);
+        last_line = Some(s.line);
+    }
+    if body.is_empty() {
+        return None;
+    }
+    Some(Item {
+        body,
+        partial: true,
+        ..item
+    })
 }
 
 /// The groups chosen so far by `auto`, and their cost.

@@ -58,7 +58,7 @@ fn run(cli: Cli) -> Result<()> {
     let cfg = config(&cli)?;
     let json = cli.json;
     if let Cmd::Eval(args) = cli.cmd {
-        return eval(args, cfg, json);
+        return eval(*args, cfg, json);
     }
     if let Cmd::Repair = cli.cmd {
         return repair(&cli.db, cfg, json);

@@ -19,6 +19,24 @@ pub fn count(text: &str) -> usize {
     bpe().encode_ordinary(text).len()
 }
 
+/// The first `n` tokens of `text` (decoded; a character split between tokens is dropped).
+pub fn head(text: &str, n: usize) -> String {
+    let t = bpe().encode_ordinary(text);
+    let k = n.min(t.len());
+    String::from_utf8_lossy(&bpe().decode_bytes(&t[..k]).unwrap_or_default())
+        .trim_end_matches('\u{fffd}')
+        .to_string()
+}
+
+/// The last `n` tokens of `text` (decoded; a character split between tokens is dropped).
+pub fn tail(text: &str, n: usize) -> String {
+    let t = bpe().encode_ordinary(text);
+    let k = t.len().saturating_sub(n);
+    String::from_utf8_lossy(&bpe().decode_bytes(&t[k..]).unwrap_or_default())
+        .trim_start_matches('\u{fffd}')
+        .to_string()
+}
+
 /// The longest token of the vocabulary, in bytes. Tokens concatenate to the text, so a
 /// text of `n` bytes has at least `n / max_token_bytes()` tokens (rounded up).
 pub fn max_token_bytes() -> usize {

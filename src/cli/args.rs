@@ -109,7 +109,7 @@ pub enum Cmd {
     /// Measure answer quality on generated tasks over real text (needles in haystacks,
     /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
     /// eval.svg. Uses its own stores under --out, never --db.
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
 }
 
 #[derive(clap::Args)]
@@ -147,6 +147,20 @@ pub struct EvalArgs {
     /// Hand-written questions over given files (data/questions.json for the samples).
     #[arg(long, value_name = "FILE")]
     pub questions: Option<PathBuf>,
+    /// Rounds of the context-retention debate (0 = skip the retention task).
+    #[arg(long, default_value_t = 300)]
+    pub retention_rounds: usize,
+    #[arg(long, default_value_t = 5)]
+    pub retention_speakers: usize,
+    /// Key facts planted in the retention debate (and as many decoys).
+    #[arg(long, default_value_t = 50)]
+    pub retention_facts: usize,
+    /// Context-window budgets of the retention task, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1k,2k,4k,8k")]
+    pub retention_budgets: Vec<String>,
+    /// More seeds for the retention debate, comma-separated (text not tuned on).
+    #[arg(long, value_delimiter = ',')]
+    pub retention_seeds: Vec<u64>,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
     /// Where the report, the table and the plot are written.

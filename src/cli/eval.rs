@@ -57,6 +57,16 @@ pub fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
         debate_speakers: a.debate_speakers,
         debate_topics: a.debate_topics,
         fidelity_tokens,
+        retention_rounds: a.retention_rounds,
+        retention_speakers: a.retention_speakers,
+        retention_facts: a.retention_facts,
+        retention_budgets: a
+            .retention_budgets
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| strata::eval::parse_tokens(s))
+            .collect::<strata::Result<Vec<_>>>()?,
+        retention_seeds: a.retention_seeds,
         questions: a.questions,
         work: out.join("work"),
         keep: a.keep,

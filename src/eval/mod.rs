@@ -14,10 +14,12 @@ mod fidelity;
 mod handwritten;
 pub mod plot;
 mod report;
+mod retention;
 pub mod tasks;
 
 pub use handwritten::handwritten;
 pub use report::{human_tokens, markdown, parse_tokens};
+pub use retention::RetentionRow;
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -51,6 +53,15 @@ pub struct Options {
     pub debate_topics: usize,
     /// Tokens of text for the fidelity task (0 = no fidelity task).
     pub fidelity_tokens: usize,
+    /// Rounds of the context-retention debate (0 = no retention task).
+    pub retention_rounds: usize,
+    pub retention_speakers: usize,
+    /// Key facts planted in it (as many decoys).
+    pub retention_facts: usize,
+    /// Window budgets measured (also on the hand-written debates).
+    pub retention_budgets: Vec<usize>,
+    /// More seeds for the retention debate (a check on text the defaults were not tuned on).
+    pub retention_seeds: Vec<u64>,
     /// Hand-written questions over given files (e.g. data/questions.json), asked as the
     /// `handwritten` task.
     pub questions: Option<PathBuf>,
@@ -74,6 +85,11 @@ impl Default for Options {
             debate_speakers: 5,
             debate_topics: 12,
             fidelity_tokens: 100_000,
+            retention_rounds: 300,
+            retention_speakers: 5,
+            retention_facts: 50,
+            retention_budgets: vec![1_000, 2_000, 4_000, 8_000],
+            retention_seeds: Vec::new(),
             questions: None,
             work: PathBuf::from("eval-work"),
             keep: false,
@@ -165,6 +181,8 @@ pub struct Report {
     pub tasks: Vec<TaskRow>,
     pub builds: Vec<BuildRow>,
     pub levels: Vec<LevelRow>,
+    /// Context retention: key facts in `auto` windows per budget, against baselines.
+    pub retention: Vec<RetentionRow>,
     pub questions: Vec<Outcome>,
     pub wall_s: f64,
     /// False in the checkpoints written while a run is going (see [`run`]'s `checkpoint`).
@@ -293,6 +311,7 @@ pub async fn run(
         tasks: Vec::new(),
         builds: Vec::new(),
         levels: Vec::new(),
+        retention: Vec::new(),
         questions: Vec::new(),
         wall_s: 0.0,
         complete: false,
@@ -344,6 +363,15 @@ pub async fn run(
         run_instance(cfg, opts, inst, &mut report, log).await?;
         report.wall_s = t0.elapsed().as_secs_f64();
         checkpoint(&report);
+    }
+
+    // Context retention: the seed, then any extra seeds.
+    for seed in std::iter::once(opts.seed).chain(opts.retention_seeds.iter().copied()) {
+        if let Some(d) = retention::generate(opts, &pool, &pool_words, seed)? {
+            retention::run(cfg, opts, d, &mut report, log).await?;
+            report.wall_s = t0.elapsed().as_secs_f64();
+            checkpoint(&report);
+        }
     }
 
     // Hand-written questions.
@@ -453,6 +481,9 @@ async fn run_instance(
     }
     log(line);
     report.questions.extend(outcomes);
+    if inst.kind == crate::store::ScopeKind::Debate && inst.name.starts_with("handwritten") {
+        retention::handwritten(&engine, &inst, opts, now, report).await?;
+    }
     cleanup(opts, engine, &dir);
     Ok(())
 }

@@ -118,6 +118,54 @@ pub fn markdown(r: &Report) -> String {
             ));
         }
     }
+    if !r.retention.is_empty() {
+        s.push_str("\n| retention | budget | window tokens | key facts | `auto` keeps | last B tokens | first B/2 + last B/2 | decoys kept (`auto`) | decoys kept (last B) | overview tokens |\n");
+        s.push_str("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        for t in &r.retention {
+            let dec = |x: f64| {
+                if t.decoys == 0 {
+                    "–".to_string()
+                } else {
+                    format!("{:.1} %", 100.0 * x)
+                }
+            };
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {:.1} % ({}) | {:.1} % | {:.1} % | {} | {} | {} |\n",
+                t.instance,
+                human_tokens(t.budget),
+                t.window_tokens,
+                t.facts,
+                100.0 * t.retention,
+                t.kept,
+                100.0 * t.last_b,
+                100.0 * t.first_last_b,
+                dec(t.decoy_rate),
+                dec(t.decoy_rate_last_b),
+                t.overview_tokens
+            ));
+        }
+        let kinds: std::collections::BTreeSet<&String> =
+            r.retention.iter().flat_map(|t| t.by_kind.keys()).collect();
+        if !kinds.is_empty() {
+            s.push_str("\n| retention by kind | budget |");
+            for k in &kinds {
+                s.push_str(&format!(" {k} |"));
+            }
+            s.push_str("\n|---|--:|");
+            s.push_str(&"--:|".repeat(kinds.len()));
+            s.push('\n');
+            for t in r.retention.iter().filter(|t| !t.by_kind.is_empty()) {
+                s.push_str(&format!("| {} | {} |", t.instance, human_tokens(t.budget)));
+                for k in &kinds {
+                    match t.by_kind.get(*k) {
+                        Some((a, b)) => s.push_str(&format!(" {a}/{b} |")),
+                        None => s.push_str(" – |"),
+                    }
+                }
+                s.push('\n');
+            }
+        }
+    }
     if !r.builds.is_empty() {
         s.push_str(
             "\n| instance | tokens | ingest s | build s | nodes | model calls | fallbacks |\n",

@@ -11,7 +11,7 @@ use crate::token;
 use std::collections::{BTreeMap, HashMap};
 
 /// Bump when the algorithm changes: it is part of every node id the compressor makes.
-pub const VERSION: &str = "offline-extractive-v2";
+pub const VERSION: &str = "offline-extractive-v3";
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Offline;
@@ -42,7 +42,12 @@ struct Sent {
     facts: usize,
     /// The facts, normalised (lower case), for counting each once.
     fact_set: Vec<String>,
+    /// The named entities, normalised, for the topic check.
+    entities: Vec<String>,
     score: f64,
+    /// What the sentence does in a debate (`text::importance`) plus the topic bonus,
+    /// in half-point steps: key acts first, small talk last.
+    tier: i32,
 }
 
 /// Extractive compression of `req` (synchronous; call from rayon or a blocking context).
@@ -68,7 +73,12 @@ pub fn compress(req: &CompressRequest) -> String {
                 .collect();
             fact_set.sort();
             fact_set.dedup();
+            let mut entities: Vec<String> = f.entities.iter().map(|x| x.to_lowercase()).collect();
+            entities.sort();
+            entities.dedup();
             sents.push(Sent {
+                entities,
+                tier: 0,
                 passage: pi,
                 start: s.start,
                 end: s.end,
@@ -83,6 +93,7 @@ pub fn compress(req: &CompressRequest) -> String {
     if sents.is_empty() {
         return String::new();
     }
+    rank_by_importance(&mut sents, req);
 
     // TF-IDF centrality: cosine similarity of each sentence to the centroid of all.
     let n = sents.len() as f64;
@@ -139,14 +150,14 @@ pub fn compress(req: &CompressRequest) -> String {
     let mut order: Vec<usize> = Vec::new();
     let mut open: Vec<usize> = (0..sents.len()).collect();
     loop {
-        let value = |i: usize| -> (f64, f64) {
+        let value = |i: usize| -> (i32, f64, f64) {
             let s = &sents[i];
             let new = s
                 .fact_set
                 .iter()
                 .filter(|f| !seen.contains(f.as_str()))
                 .count();
-            (new as f64 / s.tokens.max(1) as f64, s.score)
+            (s.tier, new as f64 / s.tokens.max(1) as f64, s.score)
         };
         let pick = open
             .iter()
@@ -154,8 +165,9 @@ pub fn compress(req: &CompressRequest) -> String {
             .filter(|&i| used + sents[i].tokens <= budget)
             .max_by(|&a, &b| {
                 let (va, vb) = (value(a), value(b));
-                va.0.total_cmp(&vb.0)
+                va.0.cmp(&vb.0)
                     .then(va.1.total_cmp(&vb.1))
+                    .then(va.2.total_cmp(&vb.2))
                     .then(b.cmp(&a))
             });
         let Some(i) = pick else { break };
@@ -192,6 +204,36 @@ pub fn compress(req: &CompressRequest) -> String {
             .copied()
             .expect("some kept");
         keep[worst] = false;
+    }
+}
+
+/// Sets each sentence's importance tier: its dialogue act (`text::importance`: proposals
+/// with figures, objections, votes, commitments with deadlines, changes of position above
+/// neutral text; small talk and procedure below), plus half a point when it names
+/// something other passages also name — but not everywhere (a debate's topics recur over a
+/// few turns; "Congress" recurs in all of them) — so a sentence tied to the rest of the
+/// debate beats an isolated one.
+fn rank_by_importance(sents: &mut [Sent], req: &CompressRequest) {
+    let passages = req.passages.len();
+    let mut seen_in: HashMap<&str, std::collections::BTreeSet<usize>> = HashMap::new();
+    for s in sents.iter() {
+        for e in &s.entities {
+            seen_in.entry(e.as_str()).or_default().insert(s.passage);
+        }
+    }
+    let cap = (passages / 20).max(4);
+    let recurring: std::collections::HashSet<String> = seen_in
+        .into_iter()
+        .filter(|(_, ps)| ps.len() >= 2 && ps.len() <= cap)
+        .map(|(e, _)| e.to_string())
+        .collect();
+    for s in sents.iter_mut() {
+        let p = &req.passages[s.passage];
+        let mut imp = text::importance(p.text[s.start..s.end].trim());
+        if imp >= 0.0 && s.entities.iter().any(|e| recurring.contains(e)) {
+            imp += 0.5;
+        }
+        s.tier = (imp * 2.0).floor() as i32;
     }
 }
 

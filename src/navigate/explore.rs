@@ -124,7 +124,12 @@ impl<'a> Explorer<'a> {
             at_ms: self.started.elapsed().as_millis() as u64,
             tokens: self.tokens,
             sub_calls: self.sub_calls,
-            working: self.working.iter().take(32).map(|(id, _)| id.to_hex()).collect(),
+            working: self
+                .working
+                .iter()
+                .take(32)
+                .map(|(id, _)| id.to_hex())
+                .collect(),
         });
     }
 

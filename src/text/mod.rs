@@ -4,8 +4,11 @@
 
 use unicode_segmentation::UnicodeSegmentation;
 
+mod acts;
 mod facts;
 mod words;
+
+pub(crate) use acts::importance;
 
 pub(crate) use facts::facts;
 pub(crate) use words::{content_words, is_stopword, term_counts};

@@ -14,11 +14,12 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-        auto level, 950 of 1000 tokens, 19 node(s), 28 omitted
-        nodes: summary × 15, full × 4
-        ## Round 29-43 (summary)
-        ## Round 44 (full)
-    "#]],
+            auto level, 982 of 1000 tokens, 10 node(s), 38 omitted
+            nodes: abstract × 1, summary × 5, full × 4
+            ## Overview (abstract)
+            ## Round 39-43 (summary)
+            ## Round 44 (full)
+        "#]],
     );
 }
 
@@ -29,13 +30,13 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-        auto level, 3902 of 4000 tokens, 63 node(s), 0 omitted
-        nodes: abstract × 1, summary × 38, detailed × 4, full × 20
-        ## Overview (abstract)
-        ## Round 1-38 (summary)
-        ## Round 39 (detailed)
-        ## Round 40-44 (full)
-    "#]],
+            auto level, 3895 of 4000 tokens, 63 node(s), 0 omitted
+            nodes: abstract × 1, summary × 38, detailed × 4, full × 20
+            ## Overview (abstract)
+            ## Round 1-38 (summary)
+            ## Round 39 (detailed)
+            ## Round 40-44 (full)
+        "#]],
     );
 }
 
@@ -46,7 +47,7 @@ fn a_fixed_level_keeps_the_most_recent_rounds_of_a_debate() {
         LevelChoice::Fixed(Level::Summary),
         600,
         expect![[r#"
-            summary level, 559 of 600 tokens, 12 node(s), 32 omitted
+            summary level, 557 of 600 tokens, 12 node(s), 32 omitted
             nodes: summary × 12
             ## Round 33-44 (summary)
         "#]],
@@ -60,7 +61,7 @@ fn a_fixed_level_keeps_the_first_sections_of_documents() {
         LevelChoice::Fixed(Level::Detailed),
         4000,
         expect![[r#"
-            detailed level, 3873 of 4000 tokens, 24 node(s), 10 omitted
+            detailed level, 3870 of 4000 tokens, 24 node(s), 10 omitted
             nodes: detailed × 24
             ## data/docs/1862-lincoln.txt (detailed)
             ## data/docs/1862-lincoln.txt (detailed)

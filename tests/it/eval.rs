@@ -18,6 +18,11 @@ fn small(work: &std::path::Path) -> Options {
         debate_speakers: 4,
         debate_topics: 8,
         fidelity_tokens: 20_000,
+        retention_rounds: 0,
+        retention_speakers: 5,
+        retention_facts: 40,
+        retention_budgets: vec![1_000, 2_000, 4_000, 8_000],
+        retention_seeds: Vec::new(),
         questions: Some(repo().join("data/questions.json")),
         work: work.to_path_buf(),
         keep: false,
@@ -192,4 +197,53 @@ fn eval_rejects_bad_inputs_clearly() {
     }
     assert_eq!(eval::parse_tokens("2M").unwrap(), 2_000_000);
     assert_eq!(eval::parse_tokens("8k").unwrap(), 8_000);
+}
+
+/// The context-retention task on a small generated debate: every budget is measured, the
+/// window stays within it, and the `auto` window keeps the key facts far better than
+/// cutting the transcript (floors a little under today's numbers; docs/EVAL.md).
+#[test]
+fn eval_retention_keeps_key_facts_at_every_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = eval::load_corpus(&[repo().join("data/docs")]).unwrap();
+    let mut opts = small(dir.path());
+    opts.sizes = Vec::new();
+    opts.debate_rounds = 0;
+    opts.fidelity_tokens = 0;
+    opts.questions = None;
+    opts.retention_rounds = 120;
+    opts.retention_facts = 40;
+    let report = rt()
+        .block_on(eval::run(
+            &Config::default(),
+            &opts,
+            &docs,
+            &|l| eprintln!("{l}"),
+            &|_| {},
+        ))
+        .unwrap();
+    eprintln!("{}", eval::markdown(&report));
+    assert_eq!(report.retention.len(), 4, "one row per budget");
+    for r in &report.retention {
+        assert!(r.window_tokens <= r.budget, "{r:?}");
+        assert_eq!((r.facts, r.decoys), (40, 40));
+        assert_eq!(r.by_kind.values().map(|k| k.1).sum::<usize>(), 40);
+        for x in [r.retention, r.last_b, r.first_last_b, r.decoy_rate] {
+            assert!((0.0..=1.0).contains(&x), "{r:?}");
+        }
+    }
+    let at = |b: usize| report.retention.iter().find(|r| r.budget == b).unwrap();
+    // More budget never keeps fewer facts than the transcript's tail does.
+    assert!(at(8_000).last_b >= at(1_000).last_b);
+    // Floors (today: 55 / 92 / 95 / 100 %, decoys 0 %, last-B 2–10 %).
+    for (b, min) in [(1_000, 0.4), (2_000, 0.75), (4_000, 0.8), (8_000, 0.85)] {
+        let r = at(b);
+        assert!(r.retention >= min, "{b}: {r:?}");
+        assert!(r.retention >= 3.0 * r.last_b, "{b}: {r:?}");
+        assert!(r.decoy_rate <= 0.5 * r.retention, "{b}: {r:?}");
+        assert!(
+            r.overview_tokens > 0,
+            "{b}: the overview is in every window"
+        );
+    }
 }

@@ -11,20 +11,20 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
         &["debate"],
         "What did chen propose about fares?",
         expect![[r#"
-        peek: 1 abstract node(s), 507 tokens
-        descend: 1 node(s) → 44 child node(s)
-        grep: "What did chen propose about fares" at summary/detailed/full: 198 hit(s)
-        descend: 4 node(s) → 16 child node(s)
-        grep: "What did chen propose about fares" at detailed/full within the working set: 21 hit(s)
-        peek: 6 full node(s), 393 tokens
-        finish: 2 citation(s), confidence 1.00, ready true
-        | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
-        | iteration 2: grep within the groups picked chunks: working set 16 → 6
-        | read 6 chunk(s), 16 candidate sentence(s); cited 2
-        = confidence 1.00, ready true, 2 citation(s)
-        [189..314) data/debate.jsonl#43 (round 11, chen): "Any plan that raises fares to cover operating costs will hit my ward hardest, and I want that said before anyone proposes it."
-        [21..199) data/debate.jsonl#47 (round 12, chen): "I propose a daily fare cap of $6.50 and a monthly cap of $72, so that once a rider has paid for two trips in a day, or the price of a pass in a month, every further ride is free."
-    "#]],
+            peek: 1 abstract node(s), 489 tokens
+            descend: 1 node(s) → 44 child node(s)
+            grep: "What did chen propose about fares" at summary/detailed/full: 201 hit(s)
+            descend: 4 node(s) → 16 child node(s)
+            grep: "What did chen propose about fares" at detailed/full within the working set: 24 hit(s)
+            peek: 6 full node(s), 391 tokens
+            finish: 2 citation(s), confidence 1.00, ready true
+            | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
+            | iteration 2: grep within the groups picked chunks: working set 16 → 6
+            | read 6 chunk(s), 17 candidate sentence(s); cited 2
+            = confidence 1.00, ready true, 2 citation(s)
+            [189..314) data/debate.jsonl#43 (round 11, chen): "Any plan that raises fares to cover operating costs will hit my ward hardest, and I want that said before anyone proposes it."
+            [21..199) data/debate.jsonl#47 (round 12, chen): "I propose a daily fare cap of $6.50 and a monthly cap of $72, so that once a rider has paid for two trips in a day, or the price of a pass in a month, every further ride is free."
+        "#]],
     );
 }
 
@@ -34,30 +34,29 @@ fn a_document_question_is_answered_from_the_address_it_names() {
         &["sotu"],
         "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries?",
         expect![[r#"
-            peek: 1 abstract node(s), 1478 tokens
+            peek: 1 abstract node(s), 1490 tokens
             descend: 1 node(s) → 13 child node(s)
-            grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at summary/detailed/full: 138 hit(s)
+            grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at summary/detailed/full: 142 hit(s)
             descend: 4 node(s) → 26 child node(s)
             grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at detailed/full within the working set: 48 hit(s)
             peek: 6 full node(s), 2053 tokens
             descend: 1 node(s) → 13 child node(s)
-            grep: "National Peace Corps volunteers countries" at summary/detailed/full: 139 hit(s)
-            descend: 4 node(s) → 25 child node(s)
-            grep: "National Peace Corps volunteers countries" at detailed/full within the working set: 39 hit(s)
-            peek: 6 full node(s), 1932 tokens
-            finish: 3 citation(s), confidence 0.67, ready true
+            grep: "Secretary volunteers countries" at summary/detailed/full: 70 hit(s)
+            descend: 4 node(s) → 32 child node(s)
+            grep: "Secretary volunteers countries" at detailed/full within the working set: 31 hit(s)
+            peek: 6 full node(s), 2108 tokens
+            finish: 3 citation(s), confidence 0.75, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 13 → 4
             | iteration 2: grep within the groups picked chunks: working set 26 → 6
             | read 6 chunk(s), 23 candidate sentence(s); cited 3
-            | second hop through "National Peace Corps": "National Peace Corps volunteers countries"
+            | second hop through "Secretary": "Secretary volunteers countries"
             | iteration 3: grep over summary/detailed/full picked groups: working set 13 → 4
-            | iteration 4: grep within the groups picked chunks: working set 25 → 6
-            | read 6 chunk(s), 39 candidate sentence(s); cited 1
-            | second hop found nothing that links the bridge to the question
-            = confidence 0.67, ready true, 3 citation(s)
-            [24019..24229) data/docs/1961-kennedy.txt: "We can mobilize this talent through the formation of a National Peace Corps, enlisting the services of all those with the desire and capacity to help foreign lands meet their urgent needs for trained personnel."
+            | iteration 4: grep within the groups picked chunks: working set 32 → 6
+            | read 6 chunk(s), 12 candidate sentence(s); cited 2
+            = confidence 0.75, ready true, 3 citation(s)
             [17489..17994) data/docs/1961-kennedy.txt: "I have, therefore, instructed the Secretary of Defense to reappraise our entire defense strategy--our ability to fulfill our commitments-the effectiveness, vulnerability, and dispersal of our strategic bases, forces and warning systems--the efficiency and economy of our operation and organization-the elimination of obsolete bases and installations-and the adequacy, modernization and mobility of our present conventional and nuclear forces and weapons systems in the light of present and future dangers."
-            [24419..24812) data/docs/1961-kennedy.txt: "In order to be prepared to help re-establish historic ties of friendship, I am asking the Congress for increased discretion to use economic tools in this area whenever this is found to be clearly in the national interest. This will require amendment of the Mutual Defense Assistance Control Act along the lines I proposed as a member of the Senate, and upon which the Senate voted last summer."
+            [24019..24229) data/docs/1961-kennedy.txt: "We can mobilize this talent through the formation of a National Peace Corps, enlisting the services of all those with the desire and capacity to help foreign lands meet their urgent needs for trained personnel."
+            [3248..4906) data/docs/1862-lincoln.txt: "A civil war occurring in a country, where foreigners reside and carry on trade under treaty stipulations is necessarily fruitful of complaints of the violation of neutral rights. All such collisions tend to excite misapprehensions, and possibly to produce mutual reclamations between nations which have a common interest in preserving peace and friendship. In clear cases of these kinds I have so far as possible heard and redressed complaints which have been presented by friendly powers. There is still, however, a large and an augmenting number of doubtful cases upon which the Government is unable to agree with the governments whose protection is demanded by the claimants. There are, moreover, many cases in which the United States or their citizens suffer wrongs from the naval or military authorities of foreign nations which the governments of those states are not at once prepared to redress. I have proposed to some of the foreign states thus interested mutual conventions to examine and adjust such complaints. This proposition has been made especially to Great Britain, to France, to Spain, and to Prussia. In each case it has been kindly received, but has not yet been formally adopted.\n\nI deem it my duty to recommend an appropriation in behalf of the owners of the Norwegian bark Admiral P. Tordenskiold, which vessel was in May, 1861, prevented by the commander of the blockading force off Charleston from leaving that port with cargo, notwithstanding a similar privilege had shortly before been granted to an English vessel. I have directed the Secretary of State to cause the papers in the case to be communicated to the proper committees."
         "#]],
     );
 }
@@ -68,9 +67,9 @@ fn who_first_cites_only_the_earliest_round() {
         &["debate"],
         "Who first disagreed with the tunnel option?",
         expect![[r#"
-            peek: 1 abstract node(s), 507 tokens
+            peek: 1 abstract node(s), 489 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "Who first disagreed with the tunnel option" at summary/detailed/full: 63 hit(s)
+            grep: "Who first disagreed with the tunnel option" at summary/detailed/full: 65 hit(s)
             descend: 8 node(s) → 32 child node(s)
             grep: "Who first disagreed with the tunnel option" at detailed/full within the working set: 20 hit(s)
             peek: 12 full node(s), 846 tokens
@@ -90,11 +89,11 @@ fn a_second_hop_follows_the_name_the_first_answer_gives() {
         &["debate"],
         "Which firm reviewed the surface estimate that changed bob's position?",
         expect![[r#"
-            peek: 1 abstract node(s), 507 tokens
+            peek: 1 abstract node(s), 489 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "Which firm reviewed the surface estimate that changed bob's position" at summary/detailed/full: 228 hit(s)
+            grep: "Which firm reviewed the surface estimate that changed bob's position" at summary/detailed/full: 234 hit(s)
             descend: 4 node(s) → 16 child node(s)
-            grep: "Which firm reviewed the surface estimate that changed bob's position" at detailed/full within the working set: 25 hit(s)
+            grep: "Which firm reviewed the surface estimate that changed bob's position" at detailed/full within the working set: 26 hit(s)
             peek: 6 full node(s), 489 tokens
             descend: 1 node(s) → 44 child node(s)
             grep: "Kessling firm reviewed position" at summary/detailed/full: 48 hit(s)
@@ -123,14 +122,14 @@ fn the_demo_answers() {
         &["debate"],
         "What cost estimate did the 2029 audit give?",
         expect![[r#"
-            peek: 1 abstract node(s), 507 tokens
+            peek: 1 abstract node(s), 489 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "What cost estimate did the 2029 audit give" at summary/detailed/full: 110 hit(s)
+            grep: "What cost estimate did the 2029 audit give" at summary/detailed/full: 109 hit(s)
             descend: 4 node(s) → 16 child node(s)
             grep: "What cost estimate did the 2029 audit give" at detailed/full within the working set: 16 hit(s)
             peek: 6 full node(s), 419 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "Harbour Line give" at summary/detailed/full: 72 hit(s)
+            grep: "Harbour Line give" at summary/detailed/full: 73 hit(s)
             descend: 4 node(s) → 16 child node(s)
             grep: "Harbour Line give" at detailed/full within the working set: 14 hit(s)
             peek: 6 full node(s), 441 tokens
@@ -151,20 +150,20 @@ fn the_demo_answers() {
         &[],
         "What is the first of the four freedoms?",
         expect![[r#"
-        grep: "What is the first of the four freedoms" at abstract/metadata: 8 hit(s)
-        peek: 2 abstract node(s), 1985 tokens
-        descend: 2 node(s) → 57 child node(s)
-        grep: "What is the first of the four freedoms" at summary/detailed/full: 129 hit(s)
-        descend: 8 node(s) → 43 child node(s)
-        grep: "What is the first of the four freedoms" at detailed/full within the working set: 47 hit(s)
-        peek: 12 full node(s), 2595 tokens
-        finish: 1 citation(s), confidence 1.00, ready true
-        | iteration 1: ranked scopes by abstract and metadata: working set 2 → 2
-        | iteration 2: grep over summary/detailed/full picked groups: working set 57 → 8
-        | iteration 3: grep within the groups picked chunks: working set 43 → 12
-        | read 12 chunk(s), 38 candidate sentence(s); cited 1
-        = confidence 1.00, ready true, 1 citation(s)
-        [17358..17552) data/docs/1941-roosevelt.txt: "In the future days, which we seek to make secure, we look forward to a world founded upon four essential human freedoms.\n\nThe first is freedom of speech and expression—everywhere in the world."
-    "#]],
+            grep: "What is the first of the four freedoms" at abstract/metadata: 8 hit(s)
+            peek: 2 abstract node(s), 1979 tokens
+            descend: 2 node(s) → 57 child node(s)
+            grep: "What is the first of the four freedoms" at summary/detailed/full: 131 hit(s)
+            descend: 8 node(s) → 43 child node(s)
+            grep: "What is the first of the four freedoms" at detailed/full within the working set: 46 hit(s)
+            peek: 12 full node(s), 2595 tokens
+            finish: 1 citation(s), confidence 1.00, ready true
+            | iteration 1: ranked scopes by abstract and metadata: working set 2 → 2
+            | iteration 2: grep over summary/detailed/full picked groups: working set 57 → 8
+            | iteration 3: grep within the groups picked chunks: working set 43 → 12
+            | read 12 chunk(s), 38 candidate sentence(s); cited 1
+            = confidence 1.00, ready true, 1 citation(s)
+            [17358..17552) data/docs/1941-roosevelt.txt: "In the future days, which we seek to make secure, we look forward to a world founded upon four essential human freedoms.\n\nThe first is freedom of speech and expression—everywhere in the world."
+        "#]],
     );
 }

@@ -14,9 +14,11 @@ use std::collections::HashSet;
 
 mod debate;
 mod plant;
+mod retention;
 
 pub use debate::{debate, filler_sentences};
 pub use plant::{Plant, cities, hop_fact, multi_fact, paraphrase_fact, single_fact};
+pub use retention::{KINDS, Planted, RetentionDebate, retention_debate};
 
 /// One text of the pool haystacks are cut from.
 #[derive(Clone, Debug)]
