@@ -56,6 +56,7 @@ pub mod store;
 pub use store::sled::repair;
 mod text;
 pub mod token;
+pub mod trace;
 
 pub use build::{BuildFailure, BuildReport};
 pub use clock::unix_now;

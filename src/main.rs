@@ -98,6 +98,7 @@ fn run_command(
         Cmd::Query {
             scope,
             all,
+            trace,
             question,
         } => {
             let scopes: Vec<String> = if all {
@@ -105,8 +106,9 @@ fn run_command(
             } else {
                 scope.into_iter().collect()
             };
-            query(engine, rt, &scopes, &question, now, json)
+            query(engine, rt, &scopes, &question, now, json, trace.as_deref())
         }
+        Cmd::Trace { file, out } => trace(engine, &file, out),
         Cmd::Grep {
             scope,
             level,
@@ -313,9 +315,14 @@ fn query(
     question: &str,
     now: u64,
     json: bool,
+    trace: Option<&std::path::Path>,
 ) -> Result<()> {
     let bar = Bar::new();
     let r = rt.block_on(engine.query(scopes, question, now, &bar))?;
+    if let Some(path) = trace {
+        strata::trace::append(path, &strata::trace::records(question, scopes, &r, now))
+            .with_context(|| format!("writing the trace to {}", path.display()))?;
+    }
     if json {
         return print_json(&r);
     }
@@ -347,6 +354,21 @@ fn query(
         r.sub_calls_made
     );
     print_usage(&r.usage)
+}
+
+/// Renders a trace file as HTML next to it (or at `out`).
+fn trace(engine: &Engine, file: &std::path::Path, out: Option<std::path::PathBuf>) -> Result<()> {
+    let traces = strata::trace::read(file)?;
+    let page = strata::trace::html(engine, &traces)?;
+    let out = out.unwrap_or_else(|| file.with_extension("html"));
+    std::fs::write(&out, page).with_context(|| format!("writing {}", out.display()))?;
+    out!(
+        "{} quer{} rendered to {}",
+        traces.len(),
+        if traces.len() == 1 { "y" } else { "ies" },
+        out.display()
+    );
+    Ok(())
 }
 
 /// `strata grep`: BM25 hits over the levels.

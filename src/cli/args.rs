@@ -76,7 +76,20 @@ pub enum Cmd {
         /// Search every scope.
         #[arg(long)]
         all: bool,
+        /// Append the query's trajectory to FILE as JSON Lines (see `strata trace`).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<std::path::PathBuf>,
         question: String,
+    },
+    /// Render trajectories (from `query --trace`) as one self-contained HTML page: the
+    /// abstraction tree with the path taken through it, the steps, the cited spans in
+    /// their sources.
+    Trace {
+        /// The JSON Lines trace file.
+        file: std::path::PathBuf,
+        /// Where to write the page (default: FILE with the extension .html).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
     },
     /// BM25 search of the levels (what the navigator's `grep` sees).
     Grep {

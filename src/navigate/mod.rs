@@ -14,7 +14,7 @@ pub(crate) use offline::offline;
 use serde::Serialize;
 
 /// One cited source span. `quote == source_text[start..end]`, always.
-#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Citation {
     pub source: String,
     pub start: u64,

@@ -93,18 +93,28 @@ impl SledBackend {
             err: source,
         })?;
         // Files a full disk or a crash left unreadable are set aside and the open
-        // retried; see `repair`.
-        let (db, repaired) = repair::open_db(&dir.join("store"), || {
-            sled::Config::new().cache_capacity(256 * 1024 * 1024)
-        })
-        .map_err(|e| match e {
-            // sled reports a store locked by another process as a generic I/O error
-            // whose message carries fs2's raw error; say it once, plainly.
-            sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock") => {
-                Error::InUse(dir.to_path_buf())
+        // retried; see `repair`. A lock held a moment longer by a handle of this process
+        // that is closing (sled's flusher thread ends after the last `Db` is dropped) is
+        // waited for, briefly; a lock another process holds is reported in one line.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let (db, repaired) = loop {
+            match repair::open_db(&dir.join("store"), || {
+                sled::Config::new().cache_capacity(256 * 1024 * 1024)
+            }) {
+                Ok(v) => break v,
+                // sled reports a store locked by another process as a generic I/O error
+                // whose message carries fs2's raw error; say it once, plainly.
+                Err(sled::Error::Io(io))
+                    if io.to_string().starts_with("could not acquire lock") =>
+                {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(Error::InUse(dir.to_path_buf()));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => return Err(Error::from(e)),
             }
-            e => Error::from(e),
-        })?;
+        };
         for action in repaired {
             tracing::warn!("{action}");
         }
