@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub warm_before_secs: u64,
     /// On shutdown, running jobs get this long to finish before they are parked.
     pub shutdown_grace_secs: u64,
+    /// Append every served query's trajectory to this JSON Lines file (`strata trace`
+    /// renders it); empty = none.
+    pub trace_file: String,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             body_limit_bytes: 8 << 20,
             warm_before_secs: 0,
             shutdown_grace_secs: 10,
+            trace_file: String::new(),
         }
     }
 }

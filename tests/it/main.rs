@@ -18,5 +18,6 @@ mod pipeline;
 mod props;
 mod server;
 mod support;
+mod trace;
 mod ttl;
 mod writes;

@@ -196,6 +196,16 @@ async fn run_query(
         .engine
         .query_with(&scopes, &question, &cfg, now, &crate::progress::NoProgress)
         .await?;
+    if !s.cfg.trace_file.is_empty() {
+        let (path, records) = (
+            std::path::PathBuf::from(&s.cfg.trace_file),
+            crate::trace::records(&question, &names, &r, now),
+        );
+        // A trace that cannot be written is logged, never the query's failure.
+        if let Err(e) = blocking(move || Ok(crate::trace::append(&path, &records)?)).await {
+            tracing::warn!(error = %e.message, "query trace not written");
+        }
+    }
     let seconds = t0.elapsed().as_secs_f64();
     s.metrics.observe_query(&r, seconds);
     let level = upper(cfg.start_level);
