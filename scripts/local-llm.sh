@@ -592,6 +592,16 @@ do_start() {
   if grep -qw 'amx_int8\|amx_tile\|amx_bf16' /proc/cpuinfo 2>/dev/null; then
     log "this CPU has AMX: the server is built without ggml's AMX code (see the header)"
   fi
+  local pid port served
+  # A server already running: without --model (or STRATA_LLM_MODEL) its model is the one
+  # wanted; with another model, say so before fetching anything.
+  if pid=$(running_pid); then
+    served=$(cat -- "$SERVED_FILE" 2>/dev/null || echo '?')
+    if [[ "$MODEL_CHOSEN" == 1 && "$served" != "$MODEL_NAME" ]]; then
+      die "already running (pid $pid) with model $served; run 'stop' first to serve $MODEL_NAME"
+    fi
+    if [[ " $MODEL_NAMES " == *" $served "* ]]; then select_model "$served"; fi
+  fi
   if server_is_built && model_is_ready; then
     with_lock
   else
@@ -599,10 +609,8 @@ do_start() {
     do_setup
   fi
 
-  local pid port
   if pid=$(running_pid); then
     port=$(cat -- "$PORT_FILE" 2>/dev/null || true)
-    local served
     served=$(cat -- "$SERVED_FILE" 2>/dev/null || echo '?')
     if [[ -n "$want_port" && "$want_port" != "$port" ]]; then
       die "already running (pid $pid) on port $port; run 'stop' first to use port $want_port"
