@@ -210,9 +210,10 @@ pub(crate) fn asked_kind(question: &str) -> Option<Kind> {
         if ID_WORDS.contains(&a) || (ID_NUMBER.contains(&a) && (b == "number" || b == "no")) {
             return Some(Kind::Identifier);
         }
-        let k = if a == "when" || (wh(a) && DATE_AFTER_WH.contains(&b)) {
-            Some(Kind::Date)
-        } else if a == "how" && b == "soon" {
+        let k = if a == "when"
+            || (a == "how" && b == "soon")
+            || (wh(a) && DATE_AFTER_WH.contains(&b))
+        {
             Some(Kind::Date)
         } else if (a == "how" && HOW_QUANTITY.contains(&b))
             || (wh(a) && NUMBER_AFTER_WH.contains(&b))
@@ -364,13 +365,13 @@ impl Support {
     /// if it does: `strong` when it names what this does not (a question name, the kind of
     /// value asked for), else only by a wide margin of term coverage.
     pub(crate) fn weaker_than(&self, other: &Support) -> Option<(bool, String)> {
-        if self.kind.is_some() && other.gives_kind && !self.gives_kind {
+        if let Some(k) = self.kind
+            && other.gives_kind
+            && !self.gives_kind
+        {
             return Some((
                 true,
-                format!(
-                    "the offline evidence gives {} and the answer does not",
-                    self.kind.expect("checked")
-                ),
+                format!("the offline evidence gives {k} and the answer does not"),
             ));
         }
         let missing: Vec<&String> = other
