@@ -56,7 +56,7 @@ print("OK  " if hit else "MISS", u.get("calls", 0), u.get("fallbacks", 0), "%.1f
     read -r verdict calls fell secs <<<"$line"
     [[ $verdict == OK ]] && ok=$((ok + 1))
     stats+=("$calls $fell $secs")
-    printf '%s %s calls=%s fallback=%s %ss  %s\n' "$label" "$verdict" "$calls" "$fell" "$secs" "$q"
+    printf '%s %-4s calls=%s fallback=%s %ss  %s\n' "$label" "$verdict" "$calls" "$fell" "$secs" "$q"
   done <<<"$QUESTIONS"
   printf '%s\n' "${stats[@]}" | awk -v label="$label" -v ok="$ok" -v n="$n" \
     '{c += $1; f += ($2 > 0); s += $3} END {printf "%s: %d / %d; model calls %.1f per query, %d fallback(s), %.1f s per query\n", label, ok, n, c / n, f, s / n}'
