@@ -13,7 +13,8 @@
 #   LABEL=llm scripts/hybrid-paraphrases.sh target/release/strata --root-model openai:local --base-url "$URL"
 #
 # stdout: OK/MISS per question and per mode with its model calls, whether the navigator
-# fell back, and seconds, then each mode's score and means. Needs python3.
+# fell back, and seconds, then each mode's score and means; KEEP=DIR also keeps each answer
+# (JSON, with its trajectory) as DIR/MODE-N.json. Needs python3.
 set -euo pipefail
 [[ $# -ge 3 ]] || { echo "usage: $0 STRATA-BINARY --embed-model MODEL [more flags]" >&2; exit 2; }
 BIN=$(realpath "$1"); shift
@@ -47,6 +48,7 @@ run() { # label, flags...
     n=$((n + 1))
     t0=$(date +%s.%N)
     out=$("$BIN" --db "$WORK/db" "$@" --json query --scope sotu "$q")
+    if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP"; printf '%s\n' "$out" >"$KEEP/$label-$n.json"; fi
     # "OK|MISS calls fallbacks seconds"
     line=$(python3 -c 'import json, sys, time
 r = json.loads(sys.argv[1])

@@ -1360,6 +1360,86 @@ fn an_answer_the_evidence_does_not_support_is_never_ready() {
     );
 }
 
+#[test]
+fn a_quote_cited_against_the_abstract_is_found_in_any_of_its_chunks() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    // 90 one-paragraph chunks; the answer is in one of the last.
+    let mut paragraphs: Vec<String> = (1..=90)
+        .map(|i| format!("Report {i} of the harbour board covers routine dredging and moorings."))
+        .collect();
+    paragraphs[84] = "The Quillon bridge opened to traffic in 1931 after six years of work.".into();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "reports.txt", paragraphs.join("\n\n"));
+    let mut c = nav_cfg(&url);
+    c.chunk.tokens = 20;
+    let e = Engine::in_memory(c).unwrap();
+    e.ingest_files("d", None, &[path], T0).unwrap();
+    assert!(e.plan("d").unwrap().chunks.len() > 64);
+    mock.set(|c| match c.kind {
+        Kind::Intent => Reply::Text(
+            json!({"entity": "Quillon bridge", "attribute": "opening date",
+                   "output_type": "date", "keywords": ["Quillon", "bridge", "opened"]})
+            .to_string(),
+        ),
+        Kind::Action => action(json!({"action": "finish",
+            "quotes": [{"id": "n1", "quote": "The Quillon bridge opened to traffic in 1931"}],
+            "hypothesis": "1931", "confidence": 0.9, "ready": true})),
+        _ => good(c),
+    });
+    let r = query(&rt, &e, "When did the Quillon bridge open?");
+    assert_eq!(r.citations.len(), 1, "{}", render(&r));
+    assert!(r.citations[0].quote.contains("1931"), "{}", render(&r));
+    assert!(r.ready);
+    assert_eq!((r.usage.fallbacks, r.usage.invalid_outputs), (0, 0));
+}
+
+#[test]
+fn peeking_again_what_was_read_descends_instead() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let sane = explorer("41%", "Eastgate households car");
+    mock.set(move |c| {
+        if c.kind == Kind::Action && turn(&c.user) == 1 {
+            // The ABSTRACT was shown before the first turn: n1 is read already.
+            return action(json!({"action": "peek", "ids": ["n1"]}));
+        }
+        sane(c)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(
+        r.ready && r.citations[0].quote.contains("41%"),
+        "{}",
+        render(&r)
+    );
+    let steps = render(&r);
+    assert!(
+        steps.contains("peek: n1 already read: descending instead"),
+        "{steps}"
+    );
+    // The second prompt lists the groups: the descent happened.
+    let log = mock.log.lock().unwrap();
+    let second = log
+        .iter()
+        .filter(|l| l.kind == Kind::Action)
+        .nth(1)
+        .map(|l| {
+            l.body["messages"][1]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .unwrap();
+    assert!(second.contains("had already been read"), "{second}");
+    assert_eq!(listed(&second)[0].1, "summary", "{second}");
+}
+
 /// The engine's futures cross threads (the server spawns them).
 #[allow(dead_code)]
 fn engine_futures_are_send(e: &Engine) {
