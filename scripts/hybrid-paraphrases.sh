@@ -14,7 +14,8 @@
 #
 # stdout: OK/MISS per question and per mode with its model calls, whether the navigator
 # fell back, and seconds, then each mode's score and means; KEEP=DIR also keeps each answer
-# (JSON, with its trajectory) as DIR/MODE-N.json. Needs python3.
+# (JSON, with its trajectory) as DIR/MODE-N.json; FROM=i TO=j asks only questions i..j
+# (1-based; a slow model). Needs python3.
 set -euo pipefail
 [[ $# -ge 3 ]] || { echo "usage: $0 STRATA-BINARY --embed-model MODEL [more flags]" >&2; exit 2; }
 BIN=$(realpath "$1"); shift
@@ -39,6 +40,7 @@ How many companies helped move people off welfare?	12,000 companies
 What are the first two freedoms?	freedom of speech
 EOF
 )
+QUESTIONS=$(awk -v from="${FROM:-1}" -v to="${TO:-999}" 'NR >= from && NR <= to' <<<"$QUESTIONS")
 
 run() { # label, flags...
   local label=$1; shift
@@ -47,8 +49,9 @@ run() { # label, flags...
   while IFS=$'\t' read -r q want; do
     n=$((n + 1))
     t0=$(date +%s.%N)
+    local at=$(( ${FROM:-1} + n - 1 ))
     out=$("$BIN" --db "$WORK/db" "$@" --json query --scope sotu "$q")
-    if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP"; printf '%s\n' "$out" >"$KEEP/$label-$n.json"; fi
+    if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP"; printf '%s\n' "$out" >"$KEEP/$label-$at.json"; fi
     # "OK|MISS calls fallbacks seconds"
     line=$(python3 -c 'import json, sys, time
 r = json.loads(sys.argv[1])
