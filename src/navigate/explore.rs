@@ -422,6 +422,34 @@ impl<'a> Explorer<'a> {
         })
     }
 
+    /// Runs `f` as if on a fresh explorer over the same trees — the working set the trees'
+    /// ABSTRACTs, budgets its own — then puts this explorer's working set, budgets,
+    /// iterations, trajectory, history and drafts back. What `f` read stays counted (tokens,
+    /// examined nodes); its history is returned. The LLM policy's evidence check runs the
+    /// offline selection this way.
+    pub(crate) fn aside<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> (T, Vec<String>) {
+        let abstracts = self
+            .trees
+            .plans
+            .iter()
+            .map(|p| (p.abstract_id, 0.0))
+            .collect();
+        let working = std::mem::replace(&mut self.working, abstracts);
+        let saved = (self.no_narrowing, self.spent_before, self.iterations);
+        let trajectory = std::mem::take(&mut self.trajectory);
+        let history = std::mem::take(&mut self.history);
+        let drafts = self.drafts.len();
+        self.no_narrowing = 0;
+        self.spent_before = (self.iterations, self.tokens);
+        let out = f(self);
+        let aside = std::mem::replace(&mut self.history, history);
+        self.trajectory = trajectory;
+        self.working = working;
+        (self.no_narrowing, self.spent_before, self.iterations) = saved;
+        self.drafts.truncate(drafts);
+        (out, aside)
+    }
+
     /// Starts over for another policy after this one gave up: the working set is the
     /// trees' ABSTRACTs again and the budgets are the new policy's own, while what was done
     /// so far (trajectory, history, examined nodes, tokens, sub-calls, iterations) stays

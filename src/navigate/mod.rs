@@ -7,6 +7,7 @@
 mod explore;
 pub(crate) mod llm;
 mod offline;
+mod support;
 
 pub(crate) use explore::{Cited, Explorer};
 pub(crate) use offline::offline;

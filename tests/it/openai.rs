@@ -1234,6 +1234,248 @@ fn partition_map_fans_out_and_answers_are_refined() {
     assert_eq!(r.usage.fallbacks, 0);
 }
 
+// ---------------------------------------------------------------- the evidence check
+
+/// Two addresses that open with the same salutation; one sentence of one of them holds a
+/// catalogue identifier (the failure of issue 14, replayed in small).
+const ADDRESSES: [(&str, &str); 2] = [
+    (
+        "1862-address.txt",
+        "Fellow-Citizens of the Senate and House of Representatives:\n\n\
+         Since your last annual assembling another year of health and bountiful harvests has \
+         passed. The revenue from all sources exceeded the estimates of the Treasury.\n\n\
+         The national observatory completed its survey of the southern sky this year. The \
+         Harwell star chart is kept in the national archive under catalogue identifier \
+         HX-4471-B. Copies have been sent to the observatories of friendly nations.\n\n\
+         The Post-Office Department has been self-sustaining for the first time, and the \
+         mails now reach every territory of the Union.\n",
+    ),
+    (
+        "1870-address.txt",
+        "Fellow-Citizens of the Senate and House of Representatives:\n\n\
+         A year of peace and general prosperity has passed. The army has been reduced to \
+         the number fixed by law, and the navy is employed in the protection of commerce.\n\n\
+         The public debt has been reduced by the sale of gold, and the credit of the \
+         nation stands higher than ever. Immigration continues at a rate that adds to our \
+         strength.\n",
+    ),
+];
+const SALUTATION: &str = "Fellow-Citizens of the Senate and House of Representatives:";
+const CATALOGUE_Q: &str = "What is the catalogue identifier of the Harwell star chart?";
+
+fn addresses(url: &str, dir: &std::path::Path) -> Engine {
+    let mut c = nav_cfg(url);
+    c.chunk.tokens = 40;
+    c.query.max_iterations = 6;
+    let e = Engine::in_memory(c).unwrap();
+    let paths: Vec<PathBuf> = ADDRESSES
+        .iter()
+        .map(|(name, text)| write(dir, name, text))
+        .collect();
+    e.ingest_files("d", None, &paths, T0).unwrap();
+    e
+}
+
+/// A root model that, like the 1.5B model of issue 14, descends once and then answers
+/// with the salutation, ready; `cooperative`: after being sent back with the offline
+/// evidence, it quotes the shown sentence that holds the identifier.
+fn salutation_model(cooperative: bool) -> impl Fn(&Call) -> Reply {
+    move |c: &Call| match c.kind {
+        Kind::Intent => Reply::Text(
+            json!({"entity": "Harwell star chart", "attribute": "catalogue identifier",
+                   "output_type": "text", "keywords": ["Harwell", "star", "chart", "catalogue"]})
+            .to_string(),
+        ),
+        Kind::Action => {
+            let ws = listed(&c.user);
+            let last = last_result(&c.user);
+            if cooperative && last.contains("not accepted") {
+                let line = last.lines().find(|l| l.contains("HX-4471-B")).unwrap();
+                let handle = line.split(' ').next().unwrap();
+                let quote = line.split_once(": \"").unwrap().1.trim_end_matches('"');
+                return action(json!({"action": "finish",
+                    "quotes": [{"id": handle, "quote": quote}],
+                    "hypothesis": "HX-4471-B", "confidence": 0.9, "ready": true}));
+            }
+            if ws[0].1 == "abstract" {
+                return action(json!({"action": "descend", "ids": [ws[0].0]}));
+            }
+            // n1 is the ABSTRACT: the quote is looked for in every chunk beneath it.
+            action(json!({"action": "finish",
+                "quotes": [{"id": "n1", "quote": SALUTATION}],
+                "hypothesis": "the address opens with the salutation",
+                "confidence": 0.9, "ready": true}))
+        }
+        _ => good(c),
+    }
+}
+
+#[test]
+fn an_answer_the_evidence_does_not_support_is_never_ready() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let offline_answer = {
+        let mut c = cfg(&url);
+        c.model = Default::default();
+        c.chunk.tokens = 40;
+        let e = Engine::in_memory(c).unwrap();
+        let paths: Vec<PathBuf> = ADDRESSES
+            .iter()
+            .map(|(name, text)| write(dir.path(), name, text))
+            .collect();
+        e.ingest_files("d", None, &paths, T0).unwrap();
+        query(&rt, &e, CATALOGUE_Q)
+    };
+    assert!(
+        offline_answer.answer.contains("HX-4471-B"),
+        "{offline_answer:#?}"
+    );
+
+    // The model insists on the salutation: sent back once with the offline evidence, then
+    // the offline answer is given, and the history says why.
+    mock.set(salutation_model(false));
+    let e = addresses(&url, dir.path());
+    let r = query(&rt, &e, CATALOGUE_Q);
+    assert!(
+        r.citations
+            .iter()
+            .all(|c| !c.quote.contains("Fellow-Citizens")),
+        "{r:#?}"
+    );
+    assert_eq!(r.citations, offline_answer.citations);
+    assert!(r.answer.contains("HX-4471-B"));
+    assert_eq!(r.usage.fallbacks, 1);
+    let history = r.refinement_history.join("\n");
+    assert!(
+        history.contains(
+            "refinement 1: not ready, the evidence check failed (the answer is not supported \
+             by the evidence: it shares no name or key term with the question; the question \
+             asks for an identifier and it gives none)"
+        ),
+        "{history}"
+    );
+    assert!(
+        history.contains("not supported by the evidence")
+            && history.contains("answered by the offline policy"),
+        "{history}"
+    );
+    // intent, descend, finish (sent back), finish again (replaced).
+    assert_eq!(mock.requests(Kind::Action), 3, "{}", render(&r));
+    let checks = r.trajectory.iter().filter(|s| s.action == "check").count();
+    assert_eq!(checks, 3, "{}", render(&r)); // the offline evidence + two answers
+    // The second answer was shown the evidence: the prompt named the identifier's sentence.
+    let log = mock.log.lock().unwrap();
+    let prompts: Vec<String> = log
+        .iter()
+        .filter(|l| l.kind == Kind::Action)
+        .map(|l| {
+            l.body["messages"][1]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(prompts[2].contains("not accepted") && prompts[2].contains("HX-4471-B"));
+    drop(log);
+
+    // A model that takes the evidence it is shown: its own verified quote, ready.
+    mock.set(salutation_model(true));
+    let e = addresses(&url, dir.path());
+    let r = query(&rt, &e, CATALOGUE_Q);
+    assert!(r.ready, "{r:#?}");
+    assert_eq!(r.usage.fallbacks, 0);
+    assert_eq!(r.citations.len(), 1);
+    assert!(r.citations[0].quote.contains("HX-4471-B"), "{r:#?}");
+    assert!(
+        r.refinement_history
+            .iter()
+            .any(|h| h.starts_with("refinement 1: not ready, the evidence check failed")),
+        "{:#?}",
+        r.refinement_history
+    );
+}
+
+#[test]
+fn a_quote_cited_against_the_abstract_is_found_in_any_of_its_chunks() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    // 90 one-paragraph chunks; the answer is in one of the last.
+    let mut paragraphs: Vec<String> = (1..=90)
+        .map(|i| format!("Report {i} of the harbour board covers routine dredging and moorings."))
+        .collect();
+    paragraphs[84] = "The Quillon bridge opened to traffic in 1931 after six years of work.".into();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "reports.txt", paragraphs.join("\n\n"));
+    let mut c = nav_cfg(&url);
+    c.chunk.tokens = 20;
+    let e = Engine::in_memory(c).unwrap();
+    e.ingest_files("d", None, &[path], T0).unwrap();
+    assert!(e.plan("d").unwrap().chunks.len() > 64);
+    mock.set(|c| match c.kind {
+        Kind::Intent => Reply::Text(
+            json!({"entity": "Quillon bridge", "attribute": "opening date",
+                   "output_type": "date", "keywords": ["Quillon", "bridge", "opened"]})
+            .to_string(),
+        ),
+        Kind::Action => action(json!({"action": "finish",
+            "quotes": [{"id": "n1", "quote": "The Quillon bridge opened to traffic in 1931"}],
+            "hypothesis": "1931", "confidence": 0.9, "ready": true})),
+        _ => good(c),
+    });
+    let r = query(&rt, &e, "When did the Quillon bridge open?");
+    assert_eq!(r.citations.len(), 1, "{}", render(&r));
+    assert!(r.citations[0].quote.contains("1931"), "{}", render(&r));
+    assert!(r.ready);
+    assert_eq!((r.usage.fallbacks, r.usage.invalid_outputs), (0, 0));
+}
+
+#[test]
+fn peeking_again_what_was_read_descends_instead() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let sane = explorer("41%", "Eastgate households car");
+    mock.set(move |c| {
+        if c.kind == Kind::Action && turn(&c.user) == 1 {
+            // The ABSTRACT was shown before the first turn: n1 is read already.
+            return action(json!({"action": "peek", "ids": ["n1"]}));
+        }
+        sane(c)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(
+        r.ready && r.citations[0].quote.contains("41%"),
+        "{}",
+        render(&r)
+    );
+    let steps = render(&r);
+    assert!(
+        steps.contains("peek: n1 already read: descending instead"),
+        "{steps}"
+    );
+    // The second prompt lists the groups: the descent happened.
+    let log = mock.log.lock().unwrap();
+    let second = log
+        .iter()
+        .filter(|l| l.kind == Kind::Action)
+        .nth(1)
+        .map(|l| {
+            l.body["messages"][1]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .unwrap();
+    assert!(second.contains("had already been read"), "{second}");
+    assert_eq!(listed(&second)[0].1, "summary", "{second}");
+}
+
 /// The engine's futures cross threads (the server spawns them).
 #[allow(dead_code)]
 fn engine_futures_are_send(e: &Engine) {

@@ -20,6 +20,25 @@ impl Nav<'_, '_> {
                 names.join(", ")
             ));
         }
+        // Reading again what was read teaches nothing (small models do it, and the turns
+        // without narrowing end the loop): a node above FULL is descended into instead.
+        if ids
+            .iter()
+            .all(|id| self.read.contains(id) && self.level_of(id) != Level::Full)
+        {
+            let handles: Vec<String> = ids.iter().map(|id| self.handle(*id)).collect();
+            self.ex.step(
+                "peek",
+                format!("{} already read: descending instead", handles.join(", ")),
+            );
+            self.descend(&handles)?;
+            self.observation = format!(
+                "{} had already been read (its text was shown before), so it was descended                  into instead: {}",
+                handles.join(", "),
+                self.observation
+            );
+            return Ok(());
+        }
         let nodes = self.ex.peek(&ids)?;
         self.read.extend(nodes.iter().map(|n| n.id));
         let mut obs = String::new();

@@ -9,8 +9,11 @@
 //! `finish` names quoted sentences; each is located byte-exactly in a FULL chunk, so the
 //! answer is, as with the offline policy, only ever cited source text. An answer that is
 //! not ready is refined with feedback while turns remain (`refinement_history` keeps each
-//! round). When the model fails — errors after its retries, replies that never parse, no
-//! verifiable quote — the offline policy answers instead and the fallback is counted.
+//! round). Before an answer is given, the evidence check ([`check`]) holds it against the
+//! question and the offline policy's evidence: an answer the evidence does not support is
+//! never ready. When the model fails — errors after its retries, replies that never parse,
+//! no verifiable quote, only unsupported answers — the offline policy answers instead and
+//! the fallback is counted.
 
 use super::{Cited, Explorer, QueryResult};
 use crate::corpus::{Place, Question};
@@ -23,10 +26,12 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
 mod actions;
+mod check;
 mod quote;
 mod reply;
 mod view;
 
+use check::{Evidence, Verdict};
 use quote::Resolved;
 
 use reply::{Action, Intent, QuoteRef, Turn, parse_json};
@@ -52,6 +57,8 @@ struct Nav<'e, 'a> {
     intent: Intent,
     /// The question and the intent's keywords, analysed once: what nodes are ranked by.
     ranking: Question,
+    /// The question alone, analysed once: what answers are checked against.
+    asked: Question,
     hypothesis: String,
     notes: Vec<String>,
     observation: String,
@@ -66,6 +73,10 @@ struct Nav<'e, 'a> {
     refinements: u32,
     /// The best answer the model gave that was not ready, kept for when turns run out.
     best: Option<Draft>,
+    /// The offline policy's evidence for the question, once an answer has been checked.
+    evidence: Option<Evidence>,
+    /// Answers sent back by the evidence check (one is; the next decides).
+    checks_sent_back: u32,
 }
 
 /// A root-model reply: a JSON object, or why it cannot be used.
@@ -82,6 +93,8 @@ enum Flow {
     /// The verified answer, with its confidence.
     Finish(Vec<Cited>, f64),
     FallBack(String),
+    /// The evidence check gives the offline evidence instead (why).
+    Offline(String),
 }
 
 /// The outcome of asking for the next turn.
@@ -121,6 +134,7 @@ pub(crate) async fn run(
             Flow::Stop => break,
             Flow::Finish(cited, confidence) => return nav.finish(cited, confidence),
             Flow::FallBack(why) => return nav.fall_back(why),
+            Flow::Offline(why) => return nav.answer_offline(why),
         }
     }
     nav.conclude()
@@ -128,7 +142,9 @@ pub(crate) async fn run(
 
 impl<'e, 'a> Nav<'e, 'a> {
     fn new(ex: Explorer<'a>, question: &'e str) -> Self {
+        let asked = ex.corpus.question(question);
         Nav {
+            asked,
             ex,
             question,
             intent: Intent::default(),
@@ -142,6 +158,8 @@ impl<'e, 'a> Nav<'e, 'a> {
             bad_replies: 0,
             refinements: 0,
             best: None,
+            evidence: None,
+            checks_sent_back: 0,
         }
     }
 
@@ -299,26 +317,46 @@ impl<'e, 'a> Nav<'e, 'a> {
         }
         let ready_now = ready && confidence >= self.ex.cfg.ready_threshold;
         if ready_now || last {
+            let cap = self.ex.cfg.ready_threshold * 0.99;
             let confidence = if ready {
                 confidence
             } else {
-                confidence.min(self.ex.cfg.ready_threshold * 0.99)
+                confidence.min(cap)
             };
-            self.ex.history.push(format!(
-                "answer (confidence {confidence:.2}): {}",
-                self.hypothesis
-            ));
-            return Ok(Flow::Finish(cited, confidence));
+            return Ok(match self.check(&cited, last)? {
+                Verdict::Accept => {
+                    self.ex.history.push(format!(
+                        "answer (confidence {confidence:.2}): {}",
+                        self.hypothesis
+                    ));
+                    Flow::Finish(cited, confidence)
+                }
+                Verdict::KeepNotReady(why) => {
+                    let confidence = confidence.min(cap);
+                    self.ex.history.push(format!(
+                        "answer (confidence {confidence:.2}), not ready: {why}: {}",
+                        self.hypothesis
+                    ));
+                    Flow::Finish(cited, confidence)
+                }
+                Verdict::Refine(why) => {
+                    self.keep_draft(cited, confidence.min(cap))?;
+                    self.send_back(&why)?;
+                    Flow::Continue
+                }
+                Verdict::Offline(why) => Flow::Offline(why),
+            });
         }
-        self.refine(cited, confidence, &problems);
+        self.refine(cited, confidence, &problems)?;
         Ok(Flow::Continue)
     }
 
-    /// An answer that is not ready: kept (if it is the best so far) and sent back with
-    /// feedback while turns remain.
-    fn refine(&mut self, cited: Vec<Cited>, confidence: f64, problems: &[String]) {
-        let n = cited.len();
-        let cited_copy = cited.clone();
+    /// Keeps a not-ready answer as the best so far (if it is), unless the evidence does
+    /// not support it at all.
+    fn keep_draft(&mut self, cited: Vec<Cited>, confidence: f64) -> Result<()> {
+        if self.support_of(&cited)?.unsupported().is_some() {
+            return Ok(());
+        }
         if self
             .best
             .as_ref()
@@ -326,6 +364,15 @@ impl<'e, 'a> Nav<'e, 'a> {
         {
             self.best = Some(Draft { cited, confidence });
         }
+        Ok(())
+    }
+
+    /// An answer that is not ready: kept (if it is the best so far) and sent back with
+    /// feedback while turns remain.
+    fn refine(&mut self, cited: Vec<Cited>, confidence: f64, problems: &[String]) -> Result<()> {
+        let n = cited.len();
+        let cited_copy = cited.clone();
+        self.keep_draft(cited, confidence)?;
         self.refinements += 1;
         if let Ok(text) = self.ex.answer_text(&cited_copy) {
             self.ex.drafts.push(text);
@@ -348,6 +395,7 @@ impl<'e, 'a> Nav<'e, 'a> {
                 format!(" Problems: {}.", problems.join("; "))
             }
         );
+        Ok(())
     }
 
     /// The loop ended without a ready answer: the best one so far stands, else the offline
@@ -355,6 +403,9 @@ impl<'e, 'a> Nav<'e, 'a> {
     fn conclude(mut self) -> Result<QueryResult> {
         match self.best.take() {
             Some(Draft { cited, confidence }) => {
+                if let Verdict::Offline(why) = self.check(&cited, true)? {
+                    return self.answer_offline(format!("the best answer so far: {why}"));
+                }
                 // The best draft is the answer now, not an earlier one.
                 if let Ok(t) = self.ex.answer_text(&cited)
                     && let Some(i) = self.ex.drafts.iter().rposition(|d| *d == t)
@@ -451,7 +502,11 @@ impl<'e, 'a> Nav<'e, 'a> {
     }
 
     /// The offline policy answers instead; what the model did stays in the trajectory.
+    /// When the evidence check already ran it, its selection is the answer.
     fn fall_back(self, why: String) -> Result<QueryResult> {
+        if self.evidence.is_some() {
+            return self.answer_offline(why);
+        }
         let Nav {
             mut ex, question, ..
         } = self;

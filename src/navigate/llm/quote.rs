@@ -113,6 +113,18 @@ impl Nav<'_, '_> {
             } else {
                 q.quote.clone()
             };
+            // Beneath a high node (an ABSTRACT over a long scope) more chunks than are
+            // scanned: those that share the quote's words first.
+            let fulls = if fulls.len() > QUOTE_SCAN && !wanted.trim().is_empty() {
+                let by_quote = self.ex.corpus.question(&wanted);
+                self.ex
+                    .rank(&by_quote, fulls)?
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .collect()
+            } else {
+                fulls
+            };
             let mut found = None;
             for f in fulls.iter().take(QUOTE_SCAN) {
                 let n = self.ex.corpus.node(f, self.ex.now)?;

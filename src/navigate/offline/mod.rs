@@ -79,25 +79,32 @@ impl Selection {
 /// are answered in two steps; answers that leave question terms uncovered and name
 /// something the question does not (a bridge) get a second hop.
 pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResult> {
+    let (cited, confidence) = select(&mut ex, question)?;
+    ex.finish(cited, confidence)
+}
+
+/// What the offline policy would cite for `question`, best first, and its confidence,
+/// without finishing: the evidence another policy can check its answer against.
+pub(crate) fn select(ex: &mut Explorer<'_>, question: &str) -> Result<(Vec<Cited>, f64)> {
     let question = ex.corpus.question(&normalise_question(question));
     if question.terms().is_empty() {
         ex.history
             .push("the question has no searchable words (only stop words?)".into());
-        return ex.finish(Vec::new(), 0.0);
+        return Ok((Vec::new(), 0.0));
     }
-    let cues = Cues::of(&ex, &question);
+    let cues = Cues::of(ex, &question);
     if let Some(SameRound { main, anchor }) = &cues.same_round
-        && let Some(sel) = same_round(&mut ex, main, anchor)?
+        && let Some(sel) = same_round(ex, main, anchor)?
     {
         let confidence = sel.confidence();
-        return ex.finish(strip(sel.cited), confidence);
+        return Ok((strip(sel.cited), confidence));
     }
-    let Some(mut sel) = answer(&mut ex, &question, &cues, true)? else {
-        return ex.finish(Vec::new(), 0.0);
+    let Some(mut sel) = answer(ex, &question, &cues, true)? else {
+        return Ok((Vec::new(), 0.0));
     };
     if sel.confidence() < 0.999 && !ex.exhausted() {
         let before: Vec<Cited> = strip(sel.cited.clone());
-        second_hop(&mut ex, &question, &cues, &mut sel)?;
+        second_hop(ex, &question, &cues, &mut sel)?;
         // The hop refined the answer: the first one is an earlier answer.
         if strip(sel.cited.clone()) != before {
             let draft = ex.answer_text(&before)?;
@@ -105,7 +112,7 @@ pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResul
         }
     }
     let confidence = sel.confidence();
-    ex.finish(strip(sel.cited), confidence)
+    Ok((strip(sel.cited), confidence))
 }
 
 fn strip(cited: Vec<Quote>) -> Vec<Cited> {
