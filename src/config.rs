@@ -38,6 +38,10 @@ pub struct ServerConfig {
     pub warm_before_secs: u64,
     /// On shutdown, running jobs get this long to finish before they are parked.
     pub shutdown_grace_secs: u64,
+    /// A running job's claim holds this long unless renewed (its worker renews it every
+    /// third of that); on a shared store, another replica takes back the job of a
+    /// replica that stopped renewing (it died).
+    pub job_lease_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +54,7 @@ impl Default for ServerConfig {
             body_limit_bytes: 8 << 20,
             warm_before_secs: 0,
             shutdown_grace_secs: 10,
+            job_lease_ms: 30_000,
         }
     }
 }
@@ -106,6 +111,13 @@ pub struct StoreConfig {
     /// 0 turns the check off: a full disk then fails mid-write, losing nothing
     /// acknowledged, but the store may need `strata repair` to open again.
     pub min_free_mb: u64,
+    /// PostgreSQL store only: the directory under which this machine keeps its replicas'
+    /// full-text indexes (`replica-1/`, `replica-2/`, ... one per process running at
+    /// once). Empty: `$XDG_CACHE_HOME/strata/` (or `~/.cache/strata/`) plus a name
+    /// derived from the database URL. A directory store keeps its index beside it.
+    pub index_dir: String,
+    /// PostgreSQL store only: connections in the pool of each process.
+    pub pool_size: usize,
 }
 
 impl Default for StoreConfig {
@@ -113,6 +125,8 @@ impl Default for StoreConfig {
         StoreConfig {
             ttl_secs: 3600,
             min_free_mb: 64,
+            index_dir: String::new(),
+            pool_size: 8,
         }
     }
 }
@@ -465,6 +479,12 @@ impl Config {
             if !(r > 0.0 && r <= 1.0) {
                 return Err(Error::Config(format!("{name} must be in (0, 1], got {r}")));
             }
+        }
+        if self.store.pool_size < 2 {
+            return bad("store.pool_size must be at least 2");
+        }
+        if self.server.job_lease_ms < 30 {
+            return bad("server.job_lease_ms must be at least 30");
         }
         if self.build.concurrency == 0 {
             return bad("build.concurrency must be at least 1");

@@ -111,6 +111,8 @@ pub struct Stats {
     pub embeddings: usize,
     /// Nodes made by the offline fallback (or built over one), and how many await the model.
     pub fallbacks: crate::store::FallbackCounts,
+    /// On a shared store, every replica's index lag (empty for a directory store).
+    pub replicas: Vec<crate::store::ReplicaStatus>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -139,12 +141,29 @@ pub struct GcReport {
 impl Engine {
     /// Opens the store and index under `dir` (created if missing). A missing or unreadable
     /// index is rebuilt from the store.
+    /// `dir` may also be a `postgres://` URL: the engine is then a replica of that
+    /// database, its index in a directory of its own (`crate::replica`).
     pub fn open(dir: &Path, cfg: Config) -> Result<Engine> {
+        if let Some(url) = crate::replica::database_url(dir) {
+            return crate::replica::open(url, cfg);
+        }
         let store = Store::open(dir)?;
-        let (index, fresh) = Index::open(&dir.join("index"))?;
+        Engine::open_on(store, &dir.join("index"), Some(dir.to_path_buf()), cfg)
+    }
+
+    /// Opens an engine on `store` with its index in `index_dir`; `dir` is the directory
+    /// whose file system writes are checked against (`None`: no check).
+    pub fn open_on(
+        store: Store,
+        index_dir: &Path,
+        dir: Option<PathBuf>,
+        cfg: Config,
+    ) -> Result<Engine> {
+        let (index, fresh) = Index::open(index_dir)?;
         let mut e = Engine::from_parts(store, index, cfg)?;
-        e.dir = Some(dir.to_path_buf());
-        if fresh && e.store.n_nodes() > 0 {
+        e.dir = dir;
+        let lost = e.store.index_must_rebuild()?;
+        if (fresh || lost) && e.store.n_nodes() > 0 {
             tracing::info!("index missing: rebuilding it from the store");
             e.reindex()?;
             return Ok(e);
@@ -387,6 +406,8 @@ impl Engine {
             .collect::<Result<_>>()?;
         let report = {
             let _w = self.write.lock().expect("write lock poisoned");
+            // Other processes sharing the store write this scope's record too.
+            let _s = self.store.lock_scope(scope)?;
             self.ingest_locked(scope, files, prepared, now)?
         };
         self.store.flush()?;
@@ -605,6 +626,7 @@ impl Engine {
         let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
         let (report, id) = {
             let _w = self.write.lock().expect("write lock poisoned");
+            let _s = self.store.lock_scope(scope)?;
             let rec = self.store.get_scope(scope)?;
             let mut n = rec.as_ref().map_or(0, |r| r.next_seq) + 1;
             let id = loop {
@@ -1008,6 +1030,7 @@ impl Engine {
             embed_model: self.embedder.as_ref().map(|e| e.identity()),
             embeddings: self.store.n_embeddings(),
             fallbacks: self.store.fallback_counts()?,
+            replicas: self.store.replicas()?,
         })
     }
 
@@ -1015,6 +1038,9 @@ impl Engine {
     /// changed sources or another compressor), from the store and the index.
     pub fn gc(&self, now: u64) -> Result<GcReport> {
         let expired = self.store.sweep(now)?;
+        // The ids before the trees: a node another process writes meanwhile (a shared
+        // store) is in a tree read after it, never taken for unreachable.
+        let stored = self.store.node_ids()?;
         let mut reachable: HashSet<NodeId> = HashSet::new();
         for rec in self.store.scopes()? {
             let plan = Plan::load(&self.store, &rec, &self.model.identity(), &self.cfg)?;
@@ -1025,7 +1051,7 @@ impl Engine {
             }
         }
         let mut unreachable = Vec::new();
-        for id in self.store.node_ids()? {
+        for id in stored {
             if !reachable.contains(&id) {
                 unreachable.push(id);
             }

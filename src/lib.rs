@@ -45,6 +45,7 @@ pub mod model;
 pub mod navigate;
 pub mod node;
 pub mod plan;
+pub mod replica;
 pub mod server;
 pub mod source;
 pub mod store;

@@ -11,6 +11,7 @@ mod hybrid;
 mod navigate;
 mod openai;
 mod pipeline;
+mod postgres;
 mod props;
 mod server;
 mod support;
