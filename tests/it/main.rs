@@ -13,6 +13,7 @@ mod openai;
 mod pipeline;
 mod postgres;
 mod props;
+mod replicas;
 mod server;
 mod support;
 mod ttl;
