@@ -129,10 +129,7 @@ impl Jobs {
 
     /// Jobs waiting to run.
     pub fn depth(&self) -> usize {
-        self.store
-            .jobs()
-            .map(|v| v.iter().filter(|j| j.state == JobState::Queued).count())
-            .unwrap_or(0)
+        self.store.queued_jobs().unwrap_or(0)
     }
 
     /// Takes the oldest queued job whose scope no worker (of any process) is building.

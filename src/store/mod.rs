@@ -232,6 +232,14 @@ pub trait Backend: Send + Sync {
     fn get_job(&self, id: u64) -> Result<Option<Job>>;
     /// Every job, oldest (lowest id) first.
     fn jobs(&self) -> Result<Vec<Job>>;
+    /// How many jobs wait to run.
+    fn queued_jobs(&self) -> Result<usize> {
+        Ok(self
+            .jobs()?
+            .iter()
+            .filter(|j| j.state == JobState::Queued)
+            .count())
+    }
 
     // ---- several processes on one store (the embedded backends have one process)
     /// Holds `scope`'s record against writers in other processes until the guard drops:
@@ -591,6 +599,11 @@ impl Store {
     /// Every job, oldest first.
     pub fn jobs(&self) -> Result<Vec<Job>> {
         self.backend.jobs()
+    }
+
+    /// How many jobs wait to run.
+    pub fn queued_jobs(&self) -> Result<usize> {
+        self.backend.queued_jobs()
     }
 
     // ---- several processes on one store ----

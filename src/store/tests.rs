@@ -282,6 +282,7 @@ fn the_job_queue_coalesces_claims_once_and_keeps_history(s: &Store) {
             (d.id, JobState::Queued)
         ]
     );
+    assert_eq!(s.queued_jobs().unwrap(), 1);
     // A job left running by this replica's previous process is queued again at open.
     assert_eq!(s.requeue_abandoned(&who).unwrap(), 1);
     assert_eq!(s.get_job(b.id).unwrap().unwrap().state, JobState::Queued);

@@ -83,6 +83,14 @@ struct Replica {
     base: String,
 }
 
+/// A replica is never left running, even when the test fails.
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn strata(url: &str, tmp: &Path, model_url: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_strata"));
     for (k, _) in std::env::vars_os() {
@@ -506,7 +514,4 @@ fn two_replicas_one_killed_mid_build_lose_nothing_and_agree() {
     assert!(replicas.len() >= 3, "{replicas:?}");
     let log = std::fs::read_to_string(tmp.path().join("serve.log")).unwrap_or_default();
     assert!(!log.contains("panicked"), "{log}");
-    for mut r in [a, b] {
-        sigkill(&mut r.child);
-    }
 }

@@ -1512,6 +1512,19 @@ impl Backend for PgBackend {
         })
     }
 
+    fn queued_jobs(&self) -> Result<usize> {
+        let n = self.read("jobs", |c| {
+            Box::pin(async move {
+                Ok(
+                    c.query_one("SELECT count(*) FROM jobs WHERE state = 'queued'", &[])
+                        .await?
+                        .get::<_, i64>(0),
+                )
+            })
+        })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     fn lock_scope(&self, scope: &str) -> Result<ScopeLock> {
         let key = lock_key(scope);
         let name = scope.as_bytes().to_vec();
