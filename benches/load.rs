@@ -3,7 +3,14 @@
 //! fixed time, with background compression running (every append schedules a build).
 //!
 //! `cargo bench --bench load` (env: LOAD_CLIENTS, default 16; LOAD_SECS, default 15;
-//! LOAD_SEED_TURNS, default 400). Prints a Markdown table; writes target/bench-load.json.
+//! LOAD_SEED_TURNS, default 400; LOAD_STORE, default `sled`). Prints a Markdown table;
+//! writes target/bench-load.json (target/bench-load-STORE.json for another store).
+//!
+//! LOAD_STORE: `sled` (one server on a directory store), `postgres` (one replica on a
+//! PostgreSQL database) or `postgres2` (two replicas on one database, each with its own
+//! server and index; the clients alternate between them). PostgreSQL is a throwaway
+//! cluster the bench starts itself with fsync on (`strata::store::postgres::scratch`), so
+//! an append is as durable as sled's flush.
 
 use serde_json::json;
 use std::sync::Arc;
@@ -39,9 +46,31 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let store = std::env::var("LOAD_STORE").unwrap_or_else(|_| "sled".into());
+    let replicas = match store.as_str() {
+        "sled" | "postgres" => 1,
+        "postgres2" => 2,
+        s => panic!("LOAD_STORE={s}: expected sled, postgres or postgres2"),
+    };
+    // Kept alive for the whole run (dropping it stops the cluster).
+    let cluster = (store != "sled").then(|| {
+        strata::store::postgres::scratch::Scratch::start(true)
+            .unwrap_or_else(|e| panic!("LOAD_STORE={store} needs PostgreSQL: {e}"))
+    });
     rt.block_on(async move {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Arc::new(Engine::open(dir.path(), Config::default()).unwrap());
+        let engines: Vec<Arc<Engine>> = match &cluster {
+            None => vec![Arc::new(Engine::open(dir.path(), Config::default()).unwrap())],
+            Some(pg) => {
+                let url = pg.database().unwrap();
+                let mut cfg = Config::default();
+                cfg.store.index_dir = dir.path().display().to_string();
+                (0..replicas)
+                    .map(|_| Arc::new(Engine::open(std::path::Path::new(&url), cfg.clone()).unwrap()))
+                    .collect()
+            }
+        };
+        let engine = engines[0].clone();
         // Seed a debate so context and query have something to chew on.
         let now = strata::unix_now();
         for i in 0..seed_turns {
@@ -57,19 +86,24 @@ fn main() {
         }
         let t0 = Instant::now();
         engine.compress("load", now, &strata::NoProgress).await.unwrap();
-        eprintln!("seeded {seed_turns} turns, built in {:.2}s", t0.elapsed().as_secs_f64());
+        eprintln!("{store}: seeded {seed_turns} turns, built in {:.2}s", t0.elapsed().as_secs_f64());
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(strata::server::run(engine.clone(), listener, async {
-            let _ = stop_rx.await;
-        }));
+        let mut bases = Vec::new();
+        let mut servers = Vec::new();
+        for e in &engines {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            bases.push(format!("http://{}", listener.local_addr().unwrap()));
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let server = tokio::spawn(strata::server::run(e.clone(), listener, async {
+                let _ = stop_rx.await;
+            }));
+            servers.push((stop_tx, server));
+        }
 
         let deadline = Instant::now() + Duration::from_secs(secs);
         let mut tasks = Vec::new();
         for c in 0..clients {
-            let base = base.clone();
+            let base = bases[c % bases.len()].clone();
             tasks.push(tokio::spawn(async move {
                 let http = reqwest::Client::new();
                 let (mut append, mut context, mut query) =
@@ -134,9 +168,19 @@ fn main() {
             }
         }
         let http = reqwest::Client::new();
-        let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
-        let _ = stop_tx.send(());
-        server.await.unwrap().unwrap();
+        let mut built = Vec::new();
+        for (base, (stop_tx, server)) in bases.iter().zip(servers) {
+            let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+            built.push(
+                metrics
+                    .lines()
+                    .find(|l| l.starts_with("strata_compression_calls_total"))
+                    .unwrap_or("")
+                    .to_string(),
+            );
+            let _ = stop_tx.send(());
+            server.await.unwrap().unwrap();
+        }
 
         let total: usize = all.iter().map(|s| s.ms.len()).sum();
         let errors: u64 = all.iter().map(|s| s.errors).sum();
@@ -150,15 +194,11 @@ fn main() {
             json_ops.push(json!({"op": name, "requests": n, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "errors": s.errors}));
         }
         println!("| **all** | {total} | {:.1} | | | | {errors} |", total as f64 / secs as f64);
-        let built = metrics
-            .lines()
-            .find(|l| l.starts_with("strata_compression_calls_total"))
-            .unwrap_or("")
-            .to_string();
-        println!("\n{clients} clients, {secs} s, seed {seed_turns} turns; background builds: {built}");
-        let out = json!({"clients": clients, "seconds": secs, "seed_turns": seed_turns, "ops": json_ops, "errors": errors, "total": total});
+        println!("\n{store}, {} server(s), {clients} clients, {secs} s, seed {seed_turns} turns; background builds: {}", bases.len(), built.join("; "));
+        let out = json!({"store": store, "servers": bases.len(), "clients": clients, "seconds": secs, "seed_turns": seed_turns, "ops": json_ops, "errors": errors, "total": total});
         let _ = std::fs::create_dir_all("target");
-        std::fs::write("target/bench-load.json", serde_json::to_string_pretty(&out).unwrap()).unwrap();
+        let file = if store == "sled" { "target/bench-load.json".to_string() } else { format!("target/bench-load-{store}.json") };
+        std::fs::write(file, serde_json::to_string_pretty(&out).unwrap()).unwrap();
         assert_eq!(errors, 0, "the load run had errors");
     });
 }

@@ -8,13 +8,14 @@ use std::path::Path;
 use std::sync::Mutex;
 use tantivy::collector::TopDocs;
 use tantivy::query::{
-    BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery, TermSetQuery,
+    Bm25StatisticsProvider, BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery,
+    TermSetQuery,
 };
 use tantivy::schema::{
-    Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
-    Value,
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value,
 };
-use tantivy::{IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{DocSet, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 fn ierr(e: impl std::fmt::Display) -> Error {
     Error::Index(e.to_string())
@@ -29,6 +30,9 @@ struct Fields {
     round: Field,
     speaker: Field,
     text: Field,
+    /// How many tokens the document's `text` holds (exactly as tantivy counts them), so
+    /// that BM25's average length can be taken over the live documents only.
+    tokens: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -46,12 +50,16 @@ fn schema() -> (Schema, Fields) {
         round: b.add_u64_field("round", INDEXED),
         speaker: b.add_text_field("speaker", STRING),
         text: b.add_text_field("text", text_opts),
+        tokens: b.add_u64_field("tokens", FAST),
     };
     (b.build(), f)
 }
 
 /// Weight of the coverage term of a search (times the term's idf).
 const COVERAGE_WEIGHT: f64 = 1.0;
+
+/// Hits collected beyond a search's limit, so that ties at the limit are broken by node id.
+const TIE_MARGIN: usize = 16;
 
 /// How much more a name in the question weighs than another word.
 pub(crate) const NAME_BOOST: f64 = 2.0;
@@ -93,6 +101,76 @@ pub struct Index {
     /// read-only command (`query`, `context`) should never need.
     writer: Mutex<Option<IndexWriter>>,
     f: Fields,
+    /// Tokens of the live documents' text, for the searcher generation it was counted on.
+    live_tokens: Mutex<Option<(u64, u64)>>,
+}
+
+/// BM25 statistics over the live documents only. tantivy's own count the documents a
+/// segment still holds after they were deleted (until a merge), so two indexes of the same
+/// nodes with different histories — a replica that followed every change, one rebuilt
+/// from the store — would rank the same question differently. These depend only on the
+/// documents that are there.
+struct LiveStats<'a> {
+    index: &'a Index,
+    searcher: &'a Searcher,
+}
+
+impl Bm25StatisticsProvider for LiveStats<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        if field != self.index.f.text {
+            return Bm25StatisticsProvider::total_num_tokens(self.searcher, field);
+        }
+        let generation = self.searcher.generation().generation_id();
+        let mut cache = self.index.live_tokens.lock().expect("poisoned");
+        if let Some((g, n)) = *cache
+            && g == generation
+        {
+            return Ok(n);
+        }
+        let mut total = 0u64;
+        for seg in self.searcher.segment_readers() {
+            let tokens = seg.fast_fields().u64("tokens")?;
+            let alive = seg.alive_bitset();
+            for doc in 0..seg.max_doc() {
+                if alive.is_none_or(|a| a.is_alive(doc)) {
+                    total += tokens.first(doc).unwrap_or(0);
+                }
+            }
+        }
+        *cache = Some((generation, total));
+        Ok(total)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.searcher.num_docs())
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        live_doc_freq(self.searcher, term)
+    }
+}
+
+/// How many live documents hold `term`.
+fn live_doc_freq(searcher: &Searcher, term: &Term) -> tantivy::Result<u64> {
+    let mut n = 0u64;
+    for seg in searcher.segment_readers() {
+        let inverted = seg.inverted_index(term.field())?;
+        match seg.alive_bitset() {
+            None => n += u64::from(inverted.doc_freq(term)?),
+            Some(alive) => {
+                if let Some(mut postings) =
+                    inverted.read_postings(term, IndexRecordOption::Basic)?
+                {
+                    let mut doc = postings.doc();
+                    while doc != tantivy::TERMINATED {
+                        n += u64::from(alive.is_alive(doc));
+                        doc = postings.advance();
+                    }
+                }
+            }
+        }
+    }
+    Ok(n)
 }
 
 impl Index {
@@ -142,6 +220,7 @@ impl Index {
             reader,
             writer: Mutex::new(None),
             f,
+            live_tokens: Mutex::new(None),
         })
     }
 
@@ -160,6 +239,7 @@ impl Index {
     /// Adds or replaces nodes (by id). Visible after [`Index::commit`].
     pub fn upsert(&self, nodes: &[Node]) -> Result<()> {
         let f = self.f;
+        let mut analyzer = self.index.tokenizer_for_field(f.text).map_err(ierr)?;
         self.with_writer(|w| {
             for n in nodes {
                 w.delete_term(Term::from_field_text(f.id, &n.id.to_hex()));
@@ -179,25 +259,33 @@ impl Index {
                 for s in &n.meta.speakers {
                     doc.add_text(f.speaker, s);
                 }
-                doc.add_text(f.text, &n.text);
+                let mut texts: Vec<&str> = vec![&n.text];
                 // Who, when and where: a question naming a speaker, a round or a document
                 // ("what did chen propose", "Kennedy's 1961 address") routes on these.
                 let label = crate::node::context_label(n);
                 if !label.is_empty() {
-                    doc.add_text(f.text, &label);
+                    texts.push(&label);
                 }
                 if let Some(t) = &n.meta.tags {
                     // METADATA nodes are routed by their tags.
-                    for k in t
-                        .keywords
-                        .iter()
-                        .chain(&t.entities)
-                        .chain(&t.numbers)
-                        .chain(&t.dates)
-                    {
-                        doc.add_text(f.text, k);
+                    texts.extend(
+                        t.keywords
+                            .iter()
+                            .chain(&t.entities)
+                            .chain(&t.numbers)
+                            .chain(&t.dates)
+                            .map(String::as_str),
+                    );
+                }
+                let mut tokens = 0u64;
+                for t in texts {
+                    doc.add_text(f.text, t);
+                    let mut stream = analyzer.token_stream(t);
+                    while stream.advance() {
+                        tokens += 1;
                     }
                 }
+                doc.add_u64(f.tokens, tokens);
                 w.add_document(doc).map_err(ierr)?;
             }
             Ok(())
@@ -307,9 +395,8 @@ impl Index {
     pub fn idf(&self, term: &str) -> f64 {
         let s = self.reader.searcher();
         let n = s.num_docs().max(1) as f64;
-        let df = s
-            .doc_freq(&Term::from_field_text(self.f.text, term))
-            .unwrap_or(0) as f64;
+        // Live documents only, like the BM25 statistics (`LiveStats`).
+        let df = live_doc_freq(&s, &Term::from_field_text(self.f.text, term)).unwrap_or(0) as f64;
         ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
     }
 
@@ -375,8 +462,18 @@ impl Index {
         }
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
+        let stats = LiveStats {
+            index: self,
+            searcher: &searcher,
+        };
+        // A few more than asked for, so that equal scores are ordered by node id below,
+        // not by where each document happens to sit in this index's segments.
         let top = searcher
-            .search(&query, &TopDocs::with_limit(q.limit).order_by_score())
+            .search_with_statistics_provider(
+                &query,
+                &TopDocs::with_limit(q.limit + TIE_MARGIN).order_by_score(),
+                &stats,
+            )
             .map_err(ierr)?;
         let mut hits = Vec::with_capacity(top.len());
         for (score, addr) in top {
@@ -388,6 +485,8 @@ impl Index {
                 .ok_or_else(|| Error::Index("a document without a node id".into()))?;
             hits.push(Hit { id, score });
         }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(q.limit);
         Ok(hits)
     }
 }
@@ -511,5 +610,90 @@ mod tests {
         ix.commit().unwrap();
         assert_eq!(search(&ix, "river crossing", &one, &[Level::Full]), []);
         assert_eq!(ix.n_docs(), 2);
+    }
+}
+
+#[cfg(test)]
+mod replica_ranking {
+    use super::*;
+    use crate::node::Meta;
+
+    fn node(k: u8, text: &str) -> Node {
+        Node {
+            id: NodeId([k; 32]),
+            scope: "s".into(),
+            level: Level::Full,
+            text: text.into(),
+            children: Vec::new(),
+            citations: Vec::new(),
+            tokens: 1,
+            meta: Meta::default(),
+            created_at: 0,
+            expires_at: None,
+        }
+    }
+
+    fn search(i: &Index, q: &str) -> Vec<(NodeId, u32)> {
+        let a = i.analyse_query(q);
+        i.search(&Grep {
+            query: &a,
+            scopes: &[],
+            levels: &[],
+            within: None,
+            limit: 3,
+        })
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.id, (h.score * 1000.0).round() as u32))
+        .collect()
+    }
+
+    // Regression: deleted documents stayed in tantivy's statistics, so a replica that
+    // followed every change ranked a question differently from one rebuilt from the store.
+    #[test]
+    fn ranking_depends_on_the_live_documents_only() {
+        let nodes = [
+            node(1, "The ferry needs twelve berths at the harbour."),
+            node(2, "The harbour ferry runs every hour; ferry fares rise."),
+            node(3, "Berths cost money."),
+            node(4, "The ferry, the ferry, the ferry."),
+            node(5, "Nothing about boats here."),
+            node(6, "Nothing about boats here."),
+        ];
+        let fresh = Index::in_memory().unwrap();
+        fresh.upsert(&nodes).unwrap();
+        fresh.commit().unwrap();
+        let churned = Index::in_memory().unwrap();
+        churned.upsert(&nodes).unwrap();
+        churned.commit().unwrap();
+        for _ in 0..3 {
+            churned.upsert(&nodes[..4]).unwrap();
+            churned.delete(&[NodeId([9; 32])]).unwrap();
+            churned.commit().unwrap();
+        }
+        churned
+            .upsert(&[node(7, "A ferry that is gone again.")])
+            .unwrap();
+        churned.commit().unwrap();
+        churned.delete(&[NodeId([7; 32])]).unwrap();
+        churned.commit().unwrap();
+        assert_eq!(fresh.n_docs(), churned.n_docs());
+        for q in ["ferry berths", "harbour ferry fares", "boats"] {
+            assert_eq!(search(&fresh, q), search(&churned, q), "{q}");
+            assert_eq!(fresh.idf("ferri"), churned.idf("ferri"));
+        }
+        // With nothing deleted, the live statistics are tantivy's own.
+        let s = fresh.reader.searcher();
+        let live = LiveStats {
+            index: &fresh,
+            searcher: &s,
+        };
+        assert_eq!(
+            live.total_num_tokens(fresh.f.text).unwrap(),
+            Bm25StatisticsProvider::total_num_tokens(&s, fresh.f.text).unwrap()
+        );
+        // Equal scores come in node-id order.
+        let tied = search(&fresh, "boats");
+        assert_eq!(tied[0].0, NodeId([5; 32]));
     }
 }

@@ -2,44 +2,16 @@
 //! survive a restart, coalesced per scope, run by a fixed number of workers.
 
 use crate::build::BuildReport;
+use crate::clock::unix_now;
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::progress::NoProgress;
 use crate::store::Store;
-use crate::{clock::unix_now, engine::Engine};
-use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum JobKind {
-    /// Build what is missing or expired.
-    Compress,
-    /// Also rebuild what expires within the warming horizon.
-    Warm,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum JobState {
-    Queued,
-    Running,
-    Done,
-    Failed,
-}
-
-/// What a finished build did, kept with its job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct JobOutcome {
-    pub nodes_built: usize,
-    pub cache_hits: usize,
-    pub model_calls: u64,
-    pub fallbacks: u64,
-    pub failures: usize,
-    pub elapsed_ms: u64,
-}
+pub(crate) use crate::store::{Claimant, Job, JobKind, JobOutcome, JobState};
 
 impl From<&BuildReport> for JobOutcome {
     fn from(r: &BuildReport) -> Self {
@@ -54,105 +26,96 @@ impl From<&BuildReport> for JobOutcome {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Job {
-    pub id: u64,
-    pub scope: String,
-    pub kind: JobKind,
-    pub state: JobState,
-    pub created_at: u64,
-    pub started_at: Option<u64>,
-    pub finished_at: Option<u64>,
-    /// Times the job was started (a job interrupted by a shutdown or crash runs again).
-    pub attempts: u32,
-    pub outcome: Option<JobOutcome>,
-    pub error: Option<String>,
-}
-
 /// Finished jobs kept for `GET /api/jobs/{id}`.
 const KEEP_FINISHED: usize = 500;
 
-/// The queue. Queue state lives in the store; this process's claims live in memory.
+/// The queue. Queue state and claims live in the store (so several processes sharing a
+/// PostgreSQL store share one queue); this process's wake-ups live here.
 pub struct Jobs {
     store: Store,
-    /// Guards claim/enqueue so two workers never take the same job. A std Mutex: never held
-    /// across an await.
-    lock: Mutex<HashSet<String>>,
-    /// Wakes idle workers: a job was queued, or a scope a worker held became free.
+    /// This process's name and lease for claims.
+    who: Claimant,
+    /// Wakes idle workers of this process: a job was queued, or a scope a worker held
+    /// became free.
     wake: Notify,
     /// Counts finished (or parked) jobs: `wait` watches it instead of polling.
     finished: watch::Sender<u64>,
+    /// Another process changed the queue (shared stores only).
+    remote: Option<watch::Receiver<u64>>,
 }
 
 /// Called when a job changes state (metrics).
 pub(crate) type JobHook = Arc<dyn Fn(&Job, Option<&BuildReport>) + Send + Sync>;
 
+/// How long a claim holds without renewal by default (`server.job_lease_ms`).
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
 impl Jobs {
-    /// Opens the queue. Jobs left `running` by a previous process were interrupted: they
-    /// are queued again.
+    /// Opens the queue with the default lease. Jobs left `running` by a previous process
+    /// of this replica (or whose lease ran out) are queued again.
     pub fn open(store: Store) -> Result<Jobs> {
-        for mut job in store.jobs::<Job>()? {
-            if job.state == JobState::Running {
-                job.state = JobState::Queued;
-                store.put_job(job.id, &job)?;
-            }
+        Self::open_with(store, DEFAULT_LEASE)
+    }
+
+    /// Opens the queue; claims made here hold for `lease` unless renewed.
+    pub fn open_with(store: Store, lease: Duration) -> Result<Jobs> {
+        let who = Claimant {
+            owner: store.replica_name(),
+            lease,
+        };
+        let n = store.requeue_abandoned(&who)?;
+        if n > 0 {
+            tracing::info!(n, "queued again the jobs a stopped process left running");
         }
+        let remote = store.events().map(|e| e.jobs);
         Ok(Jobs {
             store,
-            lock: Mutex::new(HashSet::new()),
+            who,
             wake: Notify::new(),
             finished: watch::channel(0).0,
+            remote,
         })
     }
 
     /// Queues a job, or returns the queued (not yet running) job of the same kind for the
-    /// same scope: duplicate requests coalesce. The flag says whether it coalesced.
+    /// same scope: duplicate requests coalesce. The flag says whether it coalesced. The
+    /// job is durable on return.
     pub fn enqueue(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
-        let _g = self.lock.lock().expect("jobs lock poisoned");
-        if let Some(existing) = self
-            .store
-            .jobs::<Job>()?
-            .into_iter()
-            .find(|j| j.state == JobState::Queued && j.scope == scope && j.kind == kind)
-        {
-            return Ok((existing, true));
-        }
-        let job = Job {
-            id: self.store.next_job_id()?,
-            scope: scope.to_string(),
-            kind,
-            state: JobState::Queued,
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-            attempts: 0,
-            outcome: None,
-            error: None,
-        };
-        self.store.put_job(job.id, &job)?;
-        self.store.flush()?;
-        drop(_g);
+        let r = self.store.enqueue_job(scope, kind, now)?;
         self.wake.notify_waiters();
-        Ok((job, false))
+        Ok(r)
     }
 
     /// Waits until job `id` is done or failed, at most `timeout`; returns the job as it is
-    /// then (`None`: no such job). Woken by every job's end, never by polling.
+    /// then (`None`: no such job). Woken by every job's end (in any process sharing the
+    /// store), never by polling.
     pub async fn wait(&self, id: u64, timeout: Duration) -> Result<Option<Job>> {
         let mut finished = self.finished.subscribe();
+        let mut remote = self.remote.clone();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             // Seen before the check, so an end between the check and the wait still wakes.
             finished.borrow_and_update();
+            if let Some(r) = &mut remote {
+                r.borrow_and_update();
+            }
             let job = self.get(id)?;
             match &job {
                 Some(j) if matches!(j.state, JobState::Queued | JobState::Running) => {}
                 _ => return Ok(job),
             }
-            if tokio::time::timeout_at(deadline, finished.changed())
-                .await
-                .is_err()
-            {
+            let changed = async {
+                match &mut remote {
+                    Some(r) => tokio::select! {
+                        _ = finished.changed() => {}
+                        _ = r.changed() => {}
+                    },
+                    None => {
+                        let _ = finished.changed().await;
+                    }
+                }
+            };
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return self.get(id);
             }
         }
@@ -168,55 +131,59 @@ impl Jobs {
 
     /// Jobs waiting to run.
     pub fn depth(&self) -> usize {
-        self.store
-            .jobs::<Job>()
-            .map(|v| v.iter().filter(|j| j.state == JobState::Queued).count())
-            .unwrap_or(0)
+        self.store.queued_jobs().unwrap_or(0)
     }
 
-    /// Takes the oldest queued job whose scope no worker is building.
+    /// Takes the oldest queued job whose scope no worker (of any process) is building.
     fn claim(&self, now: u64) -> Result<Option<Job>> {
-        let mut busy = self.lock.lock().expect("jobs lock poisoned");
-        let next = self
-            .store
-            .jobs::<Job>()?
-            .into_iter()
-            .find(|j| j.state == JobState::Queued && !busy.contains(&j.scope));
-        let Some(mut job) = next else {
-            return Ok(None);
-        };
-        job.state = JobState::Running;
-        job.started_at = Some(now);
-        job.attempts += 1;
-        self.store.put_job(job.id, &job)?;
-        busy.insert(job.scope.clone());
-        Ok(Some(job))
+        self.store.claim_job(&self.who, now)
     }
 
-    fn release(&self, job: &Job) -> Result<()> {
-        let mut busy = self.lock.lock().expect("jobs lock poisoned");
-        busy.remove(&job.scope);
-        self.store.put_job(job.id, job)?;
-        // Keep the history bounded: the newest finished jobs only.
-        let finished: Vec<u64> = self
-            .store
-            .jobs::<Job>()?
-            .into_iter()
-            .filter(|j| matches!(j.state, JobState::Done | JobState::Failed))
-            .map(|j| j.id)
-            .collect();
-        for id in finished
-            .iter()
-            .take(finished.len().saturating_sub(KEEP_FINISHED))
-        {
-            self.store.remove_job(*id)?;
-        }
-        self.store.flush()?;
-        drop(busy);
+    /// Records the end of `job`; `false` when this process no longer held it (its lease
+    /// ran out and another process took it back, so that one records the end).
+    fn release(&self, job: &Job) -> Result<bool> {
+        let held = self.store.finish_job(job, &self.who, KEEP_FINISHED)?;
         // Another job for this scope may have been waiting for it.
         self.wake.notify_waiters();
         self.finished.send_modify(|n| *n += 1);
-        Ok(())
+        Ok(held)
+    }
+
+    /// Waits for a reason to try claiming again: a job queued or a scope freed here or
+    /// in another process, a lease running out, or shutdown.
+    async fn idle(
+        &self,
+        shutdown: &mut watch::Receiver<bool>,
+        remote: &mut Option<watch::Receiver<u64>>,
+        woken: impl Future<Output = ()>,
+    ) {
+        let lease = match self.store.next_lease_expiry() {
+            Ok(Some(d)) => d + Duration::from_millis(10),
+            _ => Duration::MAX,
+        };
+        let remote_changed = async {
+            match remote {
+                Some(r) => {
+                    if r.changed().await.is_err() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = woken => {}
+            _ = remote_changed => {}
+            _ = shutdown.changed() => {}
+            _ = sleep_for(lease) => {}
+        }
+    }
+}
+
+async fn sleep_for(d: Duration) {
+    match tokio::time::Instant::now().checked_add(d) {
+        Some(at) if d != Duration::MAX => tokio::time::sleep_until(at).await,
+        _ => std::future::pending::<()>().await,
     }
 }
 
@@ -250,6 +217,7 @@ pub(crate) fn spawn_workers(
                 hook.clone(),
             );
             tokio::spawn(async move {
+                let mut remote = jobs.remote.clone();
                 loop {
                     if *shutdown.borrow() {
                         break;
@@ -259,13 +227,13 @@ pub(crate) fn spawn_workers(
                     let woken = jobs.wake.notified();
                     tokio::pin!(woken);
                     woken.as_mut().enable();
+                    if let Some(r) = &mut remote {
+                        r.borrow_and_update();
+                    }
                     let job = match jobs.claim(unix_now()) {
                         Ok(Some(j)) => j,
                         Ok(None) => {
-                            tokio::select! {
-                                _ = woken => {}
-                                _ = shutdown.changed() => {}
-                            }
+                            jobs.idle(&mut shutdown, &mut remote, woken).await;
                             continue;
                         }
                         Err(e) => {
@@ -297,12 +265,35 @@ async fn run_one(
     };
     let build = engine.compress_with(&job.scope, now, refresh, &NoProgress);
     tokio::pin!(build);
+    // The claim is renewed while the build runs (every third of the lease), so that
+    // another process takes the job back only when this one is gone.
+    let renew = async {
+        let every = (jobs.who.lease / 3).max(Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(every).await;
+            match jobs.store.renew_job(job.id, &jobs.who) {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        job = job.id,
+                        "lost the claim on a running job; another replica runs it"
+                    );
+                }
+                Err(e) => tracing::warn!(error = %e, job = job.id, "cannot renew a job's claim"),
+            }
+        }
+    };
+    tokio::pin!(renew);
     let result = tokio::select! {
         r = &mut build => Some(r),
+        _ = &mut renew => unreachable!("renewal never ends"),
         _ = async { let _ = shutdown.wait_for(|s| *s).await; } => {
             // Shutting down: give the build its grace period, then park it. The nodes it
             // already wrote stay cached, so the rerun is cheap.
-            tokio::time::timeout(cfg.shutdown_grace, &mut build).await.ok()
+            tokio::select! {
+                r = tokio::time::timeout(cfg.shutdown_grace, &mut build) => r.ok(),
+                _ = &mut renew => unreachable!("renewal never ends"),
+            }
         }
     };
     match result {
@@ -324,7 +315,12 @@ async fn run_one(
             hook(&job, None);
         }
     }
-    if let Err(e) = jobs.release(&job) {
-        tracing::error!(error = %e, job = job.id, "cannot record the job's end");
+    match jobs.release(&job) {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            job = job.id,
+            "the job's claim was lost before it ended; the replica that took it back records it"
+        ),
+        Err(e) => tracing::error!(error = %e, job = job.id, "cannot record the job's end"),
     }
 }

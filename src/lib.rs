@@ -50,6 +50,7 @@ mod navigate;
 pub mod node;
 pub mod plan;
 mod progress;
+pub mod replica;
 pub mod server;
 pub mod source;
 pub mod store;

@@ -60,7 +60,16 @@ fn run(cli: Cli) -> Result<()> {
     if let Cmd::Eval(args) = cli.cmd {
         return eval(*args, cfg, json);
     }
+    let db_name = match strata::replica::database_url(&cli.db) {
+        Some(url) => strata::store::postgres::redact(url),
+        None => cli.db.display().to_string(),
+    };
     if let Cmd::Repair = cli.cmd {
+        if strata::replica::database_url(&cli.db).is_some() {
+            anyhow::bail!(
+                "`strata repair` mends a directory store; a PostgreSQL database is repaired with PostgreSQL's own tools, and `strata reindex` rebuilds this machine's index"
+            );
+        }
         return repair(&cli.db, cfg, json);
     }
     // The engine is dropped only on success. sled's `Drop` flushes, and after a write that
@@ -69,7 +78,7 @@ fn run(cli: Cli) -> Result<()> {
     // before it was acknowledged, so leaving without that flush loses nothing.
     let engine = std::mem::ManuallyDrop::new(std::sync::Arc::new(
         Engine::open(&cli.db, cfg)
-            .with_context(|| format!("cannot open the store at {}", cli.db.display()))?,
+            .with_context(|| format!("cannot open the store at {db_name}"))?,
     ));
     let rt = runtime()?;
     let now = unix_now();
@@ -461,6 +470,19 @@ fn stats(engine: &Engine, now: u64, json: bool) -> Result<()> {
     );
     if let Some(m) = &s.embed_model {
         out!("  hybrid retrieval: {m}; {} vectors stored", s.embeddings);
+    }
+    for r in &s.replicas {
+        out!(
+            "  replica {}{}: {}; seen {} s ago",
+            r.name,
+            if r.this { " (this process)" } else { "" },
+            if r.behind == 0 {
+                "index current".to_string()
+            } else {
+                format!("index {} node change(s) behind", r.behind)
+            },
+            r.seen_secs_ago
+        );
     }
     if s.fallbacks.nodes > 0 {
         out!(

@@ -10,7 +10,9 @@ use std::path::PathBuf;
     about = "Hierarchical compression engine: long context at five abstraction levels, answers with citations to exact source spans."
 )]
 pub struct Cli {
-    /// Where the store and index live.
+    /// Where the store lives: a directory (sled, the index beside it), or a PostgreSQL
+    /// database `postgres://USER:PASSWORD@HOST:PORT/DB` shared by any number of strata
+    /// processes (each keeps its own index under store.index_dir).
     #[arg(long, global = true, env = "STRATA_DB", default_value = "strata-data")]
     pub db: PathBuf,
     /// A TOML configuration file (every option is also a STRATA_SECTION_FIELD variable).

@@ -75,6 +75,12 @@ impl Config {
                 return Err(Error::Config(format!("{name} must be in (0, 1], got {r}")));
             }
         }
+        if self.store.pool_size < 2 {
+            return bad("store.pool_size must be at least 2");
+        }
+        if self.server.job_lease_ms < 30 {
+            return bad("server.job_lease_ms must be at least 30");
+        }
         if self.build.concurrency == 0 {
             return bad("build.concurrency must be at least 1");
         }

@@ -40,6 +40,10 @@ pub struct ServerConfig {
     /// Append every served query's trajectory to this JSON Lines file (`strata trace`
     /// renders it); empty = none.
     pub trace_file: String,
+    /// A running job's claim holds this long unless renewed (its worker renews it every
+    /// third of that); on a shared store, another replica takes back the job of a
+    /// replica that stopped renewing (it died).
+    pub job_lease_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +57,7 @@ impl Default for ServerConfig {
             warm_before_secs: 0,
             shutdown_grace_secs: 10,
             trace_file: String::new(),
+            job_lease_ms: 30_000,
         }
     }
 }
@@ -109,6 +114,13 @@ pub struct StoreConfig {
     /// 0 turns the check off: a full disk then fails mid-write, losing nothing
     /// acknowledged, but the store may need `strata repair` to open again.
     pub min_free_mb: u64,
+    /// PostgreSQL store only: the directory under which this machine keeps its replicas'
+    /// full-text indexes (`replica-1/`, `replica-2/`, ... one per process running at
+    /// once). Empty: `$XDG_CACHE_HOME/strata/` (or `~/.cache/strata/`) plus a name
+    /// derived from the database URL. A directory store keeps its index beside it.
+    pub index_dir: String,
+    /// PostgreSQL store only: connections in the pool of each process.
+    pub pool_size: usize,
 }
 
 impl Default for StoreConfig {
@@ -116,6 +128,8 @@ impl Default for StoreConfig {
         StoreConfig {
             ttl_secs: 3600,
             min_free_mb: 64,
+            index_dir: String::new(),
+            pool_size: 8,
         }
     }
 }

@@ -87,6 +87,8 @@ impl Engine {
             .collect::<Result<_>>()?;
         let report = {
             let _w = self.write.lock().expect("write lock poisoned");
+            // Other processes sharing the store write this scope's record too.
+            let _s = self.store.lock_scope(scope)?;
             self.ingest_locked(scope, files, prepared, now)?
         };
         self.store.flush()?;
@@ -303,6 +305,7 @@ impl Engine {
         let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
         let (report, id) = {
             let _w = self.write.lock().expect("write lock poisoned");
+            let _s = self.store.lock_scope(scope)?;
             let rec = self.store.get_scope(scope)?;
             let mut n = rec.as_ref().map_or(0, |r| r.next_seq) + 1;
             let id = loop {

@@ -27,6 +27,8 @@ pub struct Stats {
     pub embeddings: usize,
     /// Nodes made by the offline fallback (or built over one), and how many await the model.
     pub fallbacks: crate::store::FallbackCounts,
+    /// On a shared store, every replica's index lag (empty for a directory store).
+    pub replicas: Vec<crate::store::ReplicaStatus>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -94,6 +96,7 @@ impl Engine {
             embed_model: self.embedder.as_ref().map(|e| e.identity()),
             embeddings: self.store.n_embeddings(),
             fallbacks: self.store.fallback_counts()?,
+            replicas: self.store.replicas()?,
         })
     }
 
@@ -101,6 +104,9 @@ impl Engine {
     /// changed sources or another compressor), from the store and the index.
     pub fn gc(&self, now: u64) -> Result<GcReport> {
         let expired = self.store.sweep(now)?;
+        // The ids before the trees: a node another process writes meanwhile (a shared
+        // store) is in a tree read after it, never taken for unreachable.
+        let stored = self.store.node_ids()?;
         let mut reachable: HashSet<NodeId> = HashSet::new();
         for rec in self.store.scopes()? {
             let plan = self.plan_of(&rec)?;
@@ -111,7 +117,7 @@ impl Engine {
             }
         }
         let mut unreachable = Vec::new();
-        for id in self.store.node_ids()? {
+        for id in stored {
             if !reachable.contains(&id) {
                 unreachable.push(id);
             }

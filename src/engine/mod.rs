@@ -52,12 +52,30 @@ pub struct Engine {
 impl Engine {
     /// Opens the store and index under `dir` (created if missing). A missing or unreadable
     /// index is rebuilt from the store.
+    /// `dir` may also be a `postgres://` URL: the engine is then a replica of that
+    /// database, its index in a directory of its own (`crate::replica`).
     pub fn open(dir: &Path, cfg: Config) -> Result<Engine> {
+        if let Some(url) = crate::replica::database_url(dir) {
+            let (store, index_dir) = crate::replica::connect(url, &cfg)?;
+            return Engine::open_on(store, &index_dir, None, cfg);
+        }
         let store = Store::open(dir)?;
-        let (index, fresh) = Index::open(&dir.join("index"))?;
+        Engine::open_on(store, &dir.join("index"), Some(dir.to_path_buf()), cfg)
+    }
+
+    /// Opens an engine on `store` with its index in `index_dir`; `dir` is the directory
+    /// whose file system writes are checked against (`None`: no check).
+    pub fn open_on(
+        store: Store,
+        index_dir: &Path,
+        dir: Option<PathBuf>,
+        cfg: Config,
+    ) -> Result<Engine> {
+        let (index, fresh) = Index::open(index_dir)?;
         let mut e = Engine::from_parts(store, index, cfg)?;
-        e.dir = Some(dir.to_path_buf());
-        if fresh && e.store.n_nodes() > 0 {
+        e.dir = dir;
+        let lost = e.store.index_must_rebuild()?;
+        if (fresh || lost) && e.store.n_nodes() > 0 {
             tracing::info!("index missing: rebuilding it from the store");
             e.reindex()?;
             return Ok(e);

@@ -7,6 +7,7 @@
 mod aragora;
 mod contexts;
 mod extract;
+mod follow;
 pub mod openapi;
 
 use crate::clock::unix_now;
@@ -168,7 +169,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> crate::Result<()> {
     let cfg = engine.config().server.clone();
-    let jobs = Arc::new(Jobs::open(engine.store().clone())?);
+    let jobs = Arc::new(Jobs::open_with(
+        engine.store().clone(),
+        Duration::from_millis(cfg.job_lease_ms),
+    )?);
     let metrics = Arc::new(Metrics::new());
     let (stop_tx, stop_rx) = watch::channel(false);
 
@@ -217,6 +221,8 @@ pub async fn run(
         queried: Mutex::new(HashMap::new()),
         active: Mutex::new(HashMap::new()),
     });
+    // On a shared store, the index follows the other replicas' changes.
+    let follower = follow::spawn_follower(engine.clone(), stop_rx.clone());
     let warmer = (cfg.warm_before_secs > 0).then(|| tokio::spawn(warm(state.clone(), stop_rx)));
 
     let app = router(state);
@@ -232,6 +238,9 @@ pub async fn run(
     }
     if let Some(w) = warmer {
         let _ = w.await;
+    }
+    if let Some(f) = follower {
+        let _ = f.await;
     }
     sweeper.stop().await;
     engine.store().flush()?;

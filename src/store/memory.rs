@@ -2,8 +2,10 @@
 //! reference the conformance suite holds every other backend to. Nothing is durable, so
 //! `flush` has nothing to do; every operation is atomic because it holds the one lock.
 
+use super::job::{self, JobTable, LocalQueue};
 use super::{
-    Backend, EmbedKey, FallbackCounts, PendingMark, ScopeRecord, SourceRecord, SourceStep,
+    Backend, Claimant, EmbedKey, FallbackCounts, Job, JobKind, PendingMark, ScopeRecord,
+    SourceRecord, SourceStep,
 };
 use crate::error::Result;
 use crate::node::{FallbackMark, Node, NodeId};
@@ -13,6 +15,7 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct MemoryBackend {
     inner: Mutex<Inner>,
+    queue: LocalQueue,
 }
 
 #[derive(Default)]
@@ -258,28 +261,32 @@ impl Backend for MemoryBackend {
         Ok(self.lock().views.get(scope).cloned())
     }
 
-    fn next_job_id(&self) -> Result<u64> {
-        let mut m = self.lock();
-        m.next_job += 1;
-        Ok(m.next_job)
+    fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
+        self.queue.enqueue(self, scope, kind, now)
     }
 
-    fn put_job(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
-        self.lock().jobs.insert(id, bytes);
-        Ok(())
+    fn claim_job(&self, _who: &Claimant, now: u64) -> Result<Option<Job>> {
+        self.queue.claim(self, now)
     }
 
-    fn get_job(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        Ok(self.lock().jobs.get(&id).cloned())
+    fn renew_job(&self, _id: u64, _who: &Claimant) -> Result<bool> {
+        Ok(true)
     }
 
-    fn remove_job(&self, id: u64) -> Result<()> {
-        self.lock().jobs.remove(&id);
-        Ok(())
+    fn finish_job(&self, job: &Job, _who: &Claimant, keep: usize) -> Result<bool> {
+        self.queue.finish(self, job, keep)
     }
 
-    fn jobs(&self) -> Result<Vec<Vec<u8>>> {
-        Ok(self.lock().jobs.values().cloned().collect())
+    fn requeue_abandoned(&self, _who: &Claimant) -> Result<usize> {
+        self.queue.requeue_running(self)
+    }
+
+    fn get_job(&self, id: u64) -> Result<Option<Job>> {
+        job::get(self, id)
+    }
+
+    fn jobs(&self) -> Result<Vec<Job>> {
+        job::all(self)
     }
 
     fn flush(&self) -> Result<()> {
@@ -288,5 +295,35 @@ impl Backend for MemoryBackend {
 
     fn size_on_disk(&self) -> u64 {
         0
+    }
+}
+
+impl JobTable for MemoryBackend {
+    fn next_job_id(&self) -> Result<u64> {
+        let mut m = self.lock();
+        m.next_job += 1;
+        Ok(m.next_job)
+    }
+
+    fn put_job_bytes(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
+        self.lock().jobs.insert(id, bytes);
+        Ok(())
+    }
+
+    fn get_job_bytes(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.lock().jobs.get(&id).cloned())
+    }
+
+    fn remove_job_bytes(&self, id: u64) -> Result<()> {
+        self.lock().jobs.remove(&id);
+        Ok(())
+    }
+
+    fn job_bytes(&self) -> Result<Vec<Vec<u8>>> {
+        Ok(self.lock().jobs.values().cloned().collect())
+    }
+
+    fn flush_jobs(&self) -> Result<()> {
+        Ok(())
     }
 }

@@ -12,10 +12,14 @@
 //! its pending-index mark change together; `flush` returns once everything written before
 //! it is durable.
 
+pub mod job;
 pub mod memory;
+pub mod postgres;
 pub mod sled;
 #[cfg(test)]
 mod tests;
+
+pub use job::{Claimant, Job, JobKind, JobOutcome, JobState};
 
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -198,20 +202,112 @@ pub trait Backend: Send + Sync {
     /// Removes one node's vectors of every embedder.
     fn remove_node_embeddings(&self, id: &NodeId) -> Result<()>;
 
-    // ---- opaque records: each scope's last complete view, the job queue
+    // ---- opaque records: each scope's last complete view
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()>;
     fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>>;
-    /// A job id never handed out before, even across crashes.
-    fn next_job_id(&self) -> Result<u64>;
-    fn put_job(&self, id: u64, bytes: Vec<u8>) -> Result<()>;
-    fn get_job(&self, id: u64) -> Result<Option<Vec<u8>>>;
-    fn remove_job(&self, id: u64) -> Result<()>;
+
+    // ---- the job queue: each job claimed by exactly one worker of one process
+    /// Queues a job of `kind` for `scope` (durably, with an id never handed out before),
+    /// or returns the queued one of the same kind for the scope (`true`: coalesced).
+    fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)>;
+    /// Claims the oldest queued job whose scope has no running job: it becomes `Running`
+    /// (started at `now`, one more attempt), held by `who` for its lease. `None`: nothing
+    /// to claim.
+    fn claim_job(&self, who: &Claimant, now: u64) -> Result<Option<Job>>;
+    /// Extends the lease on a claimed job; `false`: the claim was lost (another process
+    /// took the job back after the lease ran out).
+    fn renew_job(&self, id: u64, who: &Claimant) -> Result<bool>;
+    /// Records the end of a claimed job (`Done`, `Failed`, or `Queued` to park it) if `who`
+    /// still holds it, and keeps only the newest `keep` finished jobs. `false`: the claim
+    /// was lost and nothing was written.
+    fn finish_job(&self, job: &Job, who: &Claimant, keep: usize) -> Result<bool>;
+    /// Queues again the running jobs whose process is gone: at open, every job this
+    /// replica's previous process left running, and any job whose lease ran out.
+    fn requeue_abandoned(&self, who: &Claimant) -> Result<usize>;
+    /// How long until the lease of a running job runs out (then an idle worker can take
+    /// it back). `None`: no lease to wait for.
+    fn next_lease_expiry(&self) -> Result<Option<std::time::Duration>> {
+        Ok(None)
+    }
+    fn get_job(&self, id: u64) -> Result<Option<Job>>;
     /// Every job, oldest (lowest id) first.
-    fn jobs(&self) -> Result<Vec<Vec<u8>>>;
+    fn jobs(&self) -> Result<Vec<Job>>;
+    /// How many jobs wait to run.
+    fn queued_jobs(&self) -> Result<usize> {
+        Ok(self
+            .jobs()?
+            .iter()
+            .filter(|j| j.state == JobState::Queued)
+            .count())
+    }
+
+    // ---- several processes on one store (the embedded backends have one process)
+    /// Holds `scope`'s record against writers in other processes until the guard drops:
+    /// ingest and append read the record, number the turns and write it under it. The
+    /// embedded backends need nothing (the engine's write lock covers their one process).
+    fn lock_scope(&self, _scope: &str) -> Result<ScopeLock> {
+        Ok(ScopeLock::none())
+    }
+    /// Wake-ups for changes other processes made. `None`: no other process writes.
+    fn events(&self) -> Option<Events> {
+        None
+    }
+    /// Whether this process's index can no longer catch up from the change feed (the
+    /// feed was pruned past it): rebuild the index from the store.
+    fn index_must_rebuild(&self) -> Result<bool> {
+        Ok(false)
+    }
+    /// Every replica's index position (shared stores).
+    fn replicas(&self) -> Result<Vec<ReplicaStatus>> {
+        Ok(Vec::new())
+    }
+    /// Says this replica is alive (shared stores forget replicas silent for a day).
+    fn heartbeat(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The name this process claims jobs under.
+    fn replica_name(&self) -> String {
+        "local".into()
+    }
 
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
     fn size_on_disk(&self) -> u64;
+}
+
+/// A scope's record held against other processes' writers ([`Backend::lock_scope`]);
+/// released on drop.
+pub struct ScopeLock(#[allow(dead_code)] Option<Box<dyn Send>>);
+
+impl ScopeLock {
+    pub fn none() -> ScopeLock {
+        ScopeLock(None)
+    }
+
+    pub fn held(guard: Box<dyn Send>) -> ScopeLock {
+        ScopeLock(Some(guard))
+    }
+}
+
+/// Counters that move when another process changes the store: node writes and removals
+/// (the change feed) and the job queue. A `watch` channel: a missed value is never a
+/// missed wake-up.
+#[derive(Clone)]
+pub struct Events {
+    pub nodes: tokio::sync::watch::Receiver<u64>,
+    pub jobs: tokio::sync::watch::Receiver<u64>,
+}
+
+/// One replica's place in the change feed (`strata stats`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReplicaStatus {
+    pub name: String,
+    /// Nodes changed since the replica's index last committed (0: current).
+    pub behind: usize,
+    /// Seconds since the replica last synced its index or said it was alive.
+    pub seen_secs_ago: u64,
+    /// Whether this is the process asking.
+    pub this: bool,
 }
 
 /// The store handle. Cheap to clone.
@@ -258,6 +354,20 @@ impl Store {
     /// Opens (or creates) the sled store in `dir`.
     pub fn open(dir: &Path) -> Result<Store> {
         Ok(Store::new(Arc::new(self::sled::SledBackend::open(dir)?)))
+    }
+
+    /// Opens (or creates) the PostgreSQL store at `url` as replica `replica`, with a pool of
+    /// `pool_size` connections; `keep` lives as long as the store (the lock on the
+    /// replica's index directory).
+    pub fn open_postgres(
+        url: &str,
+        replica: &str,
+        pool_size: usize,
+        keep: Option<Box<dyn Send + Sync>>,
+    ) -> Result<Store> {
+        Ok(Store::new(Arc::new(self::postgres::PgBackend::open(
+            url, replica, pool_size, keep,
+        )?)))
     }
 
     /// A sled store that lives in memory only (tests, benchmarks).
@@ -458,32 +568,73 @@ impl Store {
 
     // ---- jobs: the background queue, surviving restarts ----
 
-    pub fn next_job_id(&self) -> Result<u64> {
-        self.backend.next_job_id()
+    pub fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
+        self.backend.enqueue_job(scope, kind, now)
     }
 
-    pub fn put_job<T: Serialize>(&self, id: u64, job: &T) -> Result<()> {
-        self.backend.put_job(id, encode(job)?)
+    pub fn claim_job(&self, who: &Claimant, now: u64) -> Result<Option<Job>> {
+        self.backend.claim_job(who, now)
     }
 
-    pub fn get_job<T: DeserializeOwned>(&self, id: u64) -> Result<Option<T>> {
-        match self.backend.get_job(id)? {
-            Some(v) => Ok(Some(decode(&format!("job {id}"), &v)?)),
-            None => Ok(None),
-        }
+    pub fn renew_job(&self, id: u64, who: &Claimant) -> Result<bool> {
+        self.backend.renew_job(id, who)
     }
 
-    pub fn remove_job(&self, id: u64) -> Result<()> {
-        self.backend.remove_job(id)
+    pub fn finish_job(&self, job: &Job, who: &Claimant, keep: usize) -> Result<bool> {
+        self.backend.finish_job(job, who, keep)
+    }
+
+    pub fn requeue_abandoned(&self, who: &Claimant) -> Result<usize> {
+        self.backend.requeue_abandoned(who)
+    }
+
+    pub fn next_lease_expiry(&self) -> Result<Option<std::time::Duration>> {
+        self.backend.next_lease_expiry()
+    }
+
+    pub fn get_job(&self, id: u64) -> Result<Option<Job>> {
+        self.backend.get_job(id)
     }
 
     /// Every job, oldest first.
-    pub fn jobs<T: DeserializeOwned>(&self) -> Result<Vec<T>> {
-        self.backend
-            .jobs()?
-            .iter()
-            .map(|v| decode("job", v))
-            .collect()
+    pub fn jobs(&self) -> Result<Vec<Job>> {
+        self.backend.jobs()
+    }
+
+    /// How many jobs wait to run.
+    pub fn queued_jobs(&self) -> Result<usize> {
+        self.backend.queued_jobs()
+    }
+
+    // ---- several processes on one store ----
+
+    /// Holds `scope`'s record against writers in other processes until dropped.
+    pub fn lock_scope(&self, scope: &str) -> Result<ScopeLock> {
+        self.backend.lock_scope(scope)
+    }
+
+    /// Wake-ups for changes other processes made (`None`: no other process writes).
+    pub fn events(&self) -> Option<Events> {
+        self.backend.events()
+    }
+
+    /// Whether the index must be rebuilt from the store (it fell off the change feed).
+    pub fn index_must_rebuild(&self) -> Result<bool> {
+        self.backend.index_must_rebuild()
+    }
+
+    /// Every replica's index position (empty for the embedded backends).
+    pub fn replicas(&self) -> Result<Vec<ReplicaStatus>> {
+        self.backend.replicas()
+    }
+
+    pub fn heartbeat(&self) -> Result<()> {
+        self.backend.heartbeat()
+    }
+
+    /// The name this process claims jobs under.
+    pub fn replica_name(&self) -> String {
+        self.backend.replica_name()
     }
 
     /// Durably writes everything to disk.

@@ -180,7 +180,7 @@ fn composite_keys_cannot_collide(s: &Store) {
     assert_eq!(names, ["a", "ab", "kb", "kb\0x"]);
 }
 
-fn vectors_views_and_jobs(s: &Store) {
+fn vectors_and_views(s: &Store) {
     let (m1, m2) = (EmbedKey::of("one"), EmbedKey::of("two"));
     s.put_node(&node(1, None)).unwrap();
     s.put_embeddings(m1, &[(NodeId([1; 32]), vec![1.0, 0.0])])
@@ -200,16 +200,92 @@ fn vectors_views_and_jobs(s: &Store) {
     assert_eq!(s.get_view::<Vec<u32>>("kb").unwrap(), Some(vec![1, 2, 3]));
     assert_eq!(s.get_view::<Vec<u32>>("other").unwrap(), None);
 
-    let a = s.next_job_id().unwrap();
-    let b = s.next_job_id().unwrap();
-    assert!(b > a);
-    s.put_job(b, &"second".to_string()).unwrap();
-    s.put_job(a, &"first".to_string()).unwrap();
-    assert_eq!(s.jobs::<String>().unwrap(), ["first", "second"]);
-    assert_eq!(s.get_job::<String>(a).unwrap().as_deref(), Some("first"));
-    s.remove_job(a).unwrap();
-    assert_eq!(s.jobs::<String>().unwrap(), ["second"]);
     s.flush().unwrap();
+}
+
+fn the_job_queue_coalesces_claims_once_and_keeps_history(s: &Store) {
+    let who = Claimant {
+        owner: "replica-a".into(),
+        lease: std::time::Duration::from_secs(60),
+    };
+    let (a, coalesced) = s.enqueue_job("kb", JobKind::Compress, 10).unwrap();
+    assert!(!coalesced);
+    assert_eq!(
+        (a.state, a.attempts, a.scope.as_str()),
+        (JobState::Queued, 0, "kb")
+    );
+    // The same request again coalesces; another kind or scope does not.
+    let (again, coalesced) = s.enqueue_job("kb", JobKind::Compress, 11).unwrap();
+    assert!(coalesced);
+    assert_eq!(again.id, a.id);
+    let (b, _) = s.enqueue_job("kb", JobKind::Warm, 12).unwrap();
+    let (c, _) = s.enqueue_job("other", JobKind::Compress, 13).unwrap();
+    assert!(
+        a.id < b.id && b.id < c.id,
+        "ids grow: {} {} {}",
+        a.id,
+        b.id,
+        c.id
+    );
+
+    // Oldest first; a scope being built is skipped.
+    let first = s.claim_job(&who, 20).unwrap().unwrap();
+    assert_eq!(first.id, a.id);
+    assert_eq!(
+        (first.state, first.attempts, first.started_at),
+        (JobState::Running, 1, Some(20))
+    );
+    let second = s.claim_job(&who, 21).unwrap().unwrap();
+    assert_eq!(second.id, c.id, "kb is busy: its warm job waits");
+    assert!(s.claim_job(&who, 22).unwrap().is_none());
+    // A running job does not coalesce a new request: that one queues behind it.
+    let (d, coalesced) = s.enqueue_job("other", JobKind::Compress, 23).unwrap();
+    assert!(!coalesced && d.id > c.id);
+    assert!(s.renew_job(first.id, &who).unwrap());
+
+    let mut done = first.clone();
+    done.state = JobState::Done;
+    done.finished_at = Some(30);
+    done.outcome = Some(JobOutcome {
+        nodes_built: 3,
+        cache_hits: 1,
+        model_calls: 2,
+        fallbacks: 0,
+        failures: 0,
+        elapsed_ms: 5,
+    });
+    assert!(s.finish_job(&done, &who, 1).unwrap());
+    assert_eq!(s.get_job(a.id).unwrap(), Some(done.clone()));
+    // A job's end is recorded once: the same end again finds no running claim.
+    assert!(!s.finish_job(&done, &who, 1).unwrap());
+    // kb is free again: its warm job is next.
+    assert_eq!(s.claim_job(&who, 31).unwrap().unwrap().id, b.id);
+
+    // Parking (shutdown) queues the job again; it keeps its attempt count.
+    let mut parked = second.clone();
+    parked.state = JobState::Queued;
+    assert!(s.finish_job(&parked, &who, 1).unwrap());
+    let again = s.claim_job(&who, 40).unwrap().unwrap();
+    assert_eq!((again.id, again.attempts), (c.id, 2));
+
+    // A failed job is history too; only the newest `keep` finished jobs stay.
+    let mut failed = again.clone();
+    failed.state = JobState::Failed;
+    failed.error = Some("boom".into());
+    assert!(s.finish_job(&failed, &who, 1).unwrap());
+    let states: Vec<(u64, JobState)> = s.jobs().unwrap().iter().map(|j| (j.id, j.state)).collect();
+    assert_eq!(
+        states,
+        vec![
+            (b.id, JobState::Running),
+            (c.id, JobState::Failed),
+            (d.id, JobState::Queued)
+        ]
+    );
+    assert_eq!(s.queued_jobs().unwrap(), 1);
+    // A job left running by this replica's previous process is queued again at open.
+    assert_eq!(s.requeue_abandoned(&who).unwrap(), 1);
+    assert_eq!(s.get_job(b.id).unwrap().unwrap().state, JobState::Queued);
 }
 
 fn fallback_marks_live_and_die_with_their_node(s: &Store) {
@@ -255,6 +331,15 @@ fn fallback_marks_live_and_die_with_their_node(s: &Store) {
     assert!(s.has_embedding(m1, &NodeId([6; 32])).unwrap());
 }
 
+/// A store on a fresh database of this test binary's throwaway PostgreSQL cluster, as a
+/// replica of its own; `None` (the test is skipped, and says so) where PostgreSQL cannot
+/// run.
+pub(crate) fn postgres_store(test: &str) -> Option<Store> {
+    let pg = super::postgres::scratch::Scratch::for_test(test)?;
+    let url = pg.database().unwrap();
+    Some(Store::open_postgres(&url, "conformance", 4, None).unwrap())
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod sled_backend {
@@ -262,6 +347,13 @@ macro_rules! conformance {
         }
         mod memory_backend {
             $(#[test] fn $test() { super::$test(&super::Store::in_memory()) })*
+        }
+        mod postgres_backend {
+            $(#[test] fn $test() {
+                if let Some(s) = super::postgres_store(stringify!($test)) {
+                    super::$test(&s)
+                }
+            })*
         }
     };
 }
@@ -271,6 +363,7 @@ conformance!(
     every_node_change_is_pending_until_cleared,
     a_source_step_writes_and_removes_together,
     composite_keys_cannot_collide,
-    vectors_views_and_jobs,
+    vectors_and_views,
+    the_job_queue_coalesces_claims_once_and_keeps_history,
     fallback_marks_live_and_die_with_their_node,
 );

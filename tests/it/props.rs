@@ -249,4 +249,14 @@ proptest! {
     fn memory_store_behaves_like_a_model(ops in prop::collection::vec(op(), 1..60)) {
         store_agrees_with_model(Store::in_memory(), ops)?;
     }
+
+    /// And the PostgreSQL store (each case on a fresh database; skipped without
+    /// PostgreSQL).
+    #[test]
+    fn postgres_store_behaves_like_a_model(ops in prop::collection::vec(op(), 1..60)) {
+        if let Some(url) = crate::postgres::database("postgres_store_behaves_like_a_model") {
+            let store = Store::open_postgres(&url, "props", 2, None).unwrap();
+            store_agrees_with_model(store, ops)?;
+        }
+    }
 }

@@ -26,9 +26,10 @@
 //! Every write that must survive a crash together is one sled transaction: sled seals a
 //! transaction as one batch in its log, so recovery applies all of it or none of it.
 
+use super::job::{self, JobTable, LocalQueue};
 use super::{
-    Backend, EmbedKey, FallbackCounts, PendingMark, ScopeRecord, SourceRecord, SourceStep, decode,
-    encode,
+    Backend, Claimant, EmbedKey, FallbackCounts, Job, JobKind, PendingMark, ScopeRecord,
+    SourceRecord, SourceStep, decode, encode,
 };
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -83,6 +84,7 @@ pub struct SledBackend {
     unindexed: sled::Tree,
     embeddings: sled::Tree,
     fallbacks: sled::Tree,
+    queue: LocalQueue,
 }
 
 impl SledBackend {
@@ -152,6 +154,7 @@ impl SledBackend {
             unindexed: db.open_tree("unindexed")?,
             embeddings: db.open_tree("embeddings")?,
             fallbacks: db.open_tree("fallbacks")?,
+            queue: LocalQueue::default(),
             db,
         };
         if layout < LAYOUT {
@@ -512,27 +515,33 @@ impl Backend for SledBackend {
         Ok(self.views.get(scope.as_bytes())?.map(|v| v.to_vec()))
     }
 
-    fn next_job_id(&self) -> Result<u64> {
-        // sled persists its id generator ahead of use, so an id survives crashes unique.
-        Ok(self.db.generate_id()? + 1)
+    fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
+        self.queue.enqueue(self, scope, kind, now)
     }
 
-    fn put_job(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
-        self.jobs.insert(id.to_be_bytes(), bytes)?;
-        Ok(())
+    fn claim_job(&self, _who: &Claimant, now: u64) -> Result<Option<Job>> {
+        self.queue.claim(self, now)
     }
 
-    fn get_job(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        Ok(self.jobs.get(id.to_be_bytes())?.map(|v| v.to_vec()))
+    fn renew_job(&self, _id: u64, _who: &Claimant) -> Result<bool> {
+        // One process holds the store: nobody can take a claim back.
+        Ok(true)
     }
 
-    fn remove_job(&self, id: u64) -> Result<()> {
-        self.jobs.remove(id.to_be_bytes())?;
-        Ok(())
+    fn finish_job(&self, job: &Job, _who: &Claimant, keep: usize) -> Result<bool> {
+        self.queue.finish(self, job, keep)
     }
 
-    fn jobs(&self) -> Result<Vec<Vec<u8>>> {
-        self.jobs.iter().values().map(|v| Ok(v?.to_vec())).collect()
+    fn requeue_abandoned(&self, _who: &Claimant) -> Result<usize> {
+        self.queue.requeue_running(self)
+    }
+
+    fn get_job(&self, id: u64) -> Result<Option<Job>> {
+        job::get(self, id)
+    }
+
+    fn jobs(&self) -> Result<Vec<Job>> {
+        job::all(self)
     }
 
     fn flush(&self) -> Result<()> {
@@ -542,6 +551,36 @@ impl Backend for SledBackend {
 
     fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+impl JobTable for SledBackend {
+    fn next_job_id(&self) -> Result<u64> {
+        // sled persists its id generator ahead of use, so an id survives crashes unique.
+        Ok(self.db.generate_id()? + 1)
+    }
+
+    fn put_job_bytes(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
+        self.jobs.insert(id.to_be_bytes(), bytes)?;
+        Ok(())
+    }
+
+    fn get_job_bytes(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.jobs.get(id.to_be_bytes())?.map(|v| v.to_vec()))
+    }
+
+    fn remove_job_bytes(&self, id: u64) -> Result<()> {
+        self.jobs.remove(id.to_be_bytes())?;
+        Ok(())
+    }
+
+    fn job_bytes(&self) -> Result<Vec<Vec<u8>>> {
+        self.jobs.iter().values().map(|v| Ok(v?.to_vec())).collect()
+    }
+
+    fn flush_jobs(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
     }
 }
 
