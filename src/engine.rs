@@ -253,10 +253,11 @@ impl Engine {
         for batch in pending.chunks(4096) {
             let mut nodes = Vec::with_capacity(batch.len());
             let mut gone = Vec::new();
-            for m in batch {
-                match self.store.get_node(&m.id)? {
+            let ids: Vec<NodeId> = batch.iter().map(|m| m.id).collect();
+            for (id, node) in ids.iter().zip(self.store.get_nodes(&ids)?) {
+                match node {
                     Some(n) => nodes.push(n),
-                    None => gone.push(m.id),
+                    None => gone.push(*id),
                 }
             }
             self.index.delete(&gone)?;
@@ -784,12 +785,8 @@ impl Engine {
     }
 
     fn is_complete(&self, plan: &Plan, now: u64) -> Result<bool> {
-        for id in plan.all_ids() {
-            if !self.store.contains_live(&id, now)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        self.store
+            .all_live(&plan.all_ids().collect::<Vec<_>>(), now)
     }
 
     /// Makes sure every node of `scope`'s tree is live, building what is missing or
