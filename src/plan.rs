@@ -76,8 +76,11 @@ impl Plan {
         let mut chunks: Vec<PlannedChunk> = Vec::new();
         let mut groups: Vec<PlannedGroup> = Vec::new();
         let mut full_tokens = 0u64;
-        for entry in &scope.sources {
-            let rec = store.get_source(&scope.name, &entry.id)?.ok_or_else(|| {
+        // One look-up for every record (a shared store answers it in one round trip).
+        let ids: Vec<&str> = scope.sources.iter().map(|e| e.id.as_str()).collect();
+        let records = store.get_sources(&scope.name, &ids)?;
+        for (entry, rec) in scope.sources.iter().zip(records) {
+            let rec = rec.ok_or_else(|| {
                 Error::DataCorruption(format!(
                     "scope {} lists source {} but the store has no record of it",
                     scope.name, entry.id

@@ -27,20 +27,21 @@ impl Run<'_> {
             .iter()
             .map(|&ci| plan.chunks[ci].detailed)
             .chain(std::iter::once(g.summary));
-        for id in ids {
-            let meta = plan.metadata.get(&id).copied();
-            for x in std::iter::once(id).chain(meta) {
-                if !self.b.store.contains_live(&x, self.horizon())? {
+        let xs: Vec<NodeId> = ids
+            .flat_map(|id| std::iter::once(id).chain(plan.metadata.get(&id).copied()))
+            .collect();
+        // One look-up for the whole group (one round trip on a shared store).
+        if !self.b.store.all_live(&xs, self.horizon())? {
+            return Ok(false);
+        }
+        for x in xs {
+            if let Some(m) = self.stored_mark(&x)? {
+                if m.is_retried() {
                     return Ok(false);
                 }
-                if let Some(m) = self.stored_mark(&x)? {
-                    if m.is_retried() {
-                        return Ok(false);
-                    }
-                    marked.push((x, m));
-                }
-                n += 1;
+                marked.push((x, m));
             }
+            n += 1;
         }
         self.marks.lock().expect("poisoned").extend(marked);
         self.hits.fetch_add(n, Ordering::Relaxed);

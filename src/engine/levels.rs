@@ -148,12 +148,8 @@ impl Engine {
     }
 
     fn is_complete(&self, plan: &Plan, now: u64) -> Result<bool> {
-        for id in plan.all_ids() {
-            if !self.store.contains_live(&id, now)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        self.store
+            .all_live(&plan.all_ids().collect::<Vec<_>>(), now)
     }
 
     /// Makes sure every node of `scope`'s tree is live, building what is missing or

@@ -20,6 +20,7 @@ use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::index::Index;
 use crate::model::{ChatModel, Embedder, Limiter, Models, Offline, SubModel};
+use crate::node::NodeId;
 use crate::plan::Plan;
 use crate::store::{ScopeRecord, Store};
 use std::path::{Path, PathBuf};
@@ -165,10 +166,11 @@ impl Engine {
         for batch in pending.chunks(4096) {
             let mut nodes = Vec::with_capacity(batch.len());
             let mut gone = Vec::new();
-            for m in batch {
-                match self.store.get_node(&m.id)? {
+            let ids: Vec<NodeId> = batch.iter().map(|m| m.id).collect();
+            for (id, node) in ids.iter().zip(self.store.get_nodes(&ids)?) {
+                match node {
                     Some(n) => nodes.push(n),
-                    None => gone.push(m.id),
+                    None => gone.push(*id),
                 }
             }
             self.index.delete(&gone)?;

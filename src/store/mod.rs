@@ -172,6 +172,15 @@ pub trait Backend: Send + Sync {
     fn next_deadline(&self) -> Result<Option<u64>>;
     fn node_ids(&self) -> Result<Vec<NodeId>>;
     fn n_nodes(&self) -> usize;
+    /// Many nodes at once, in the order of `ids` (a shared store answers in one round
+    /// trip what would be one per node).
+    fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
+        ids.iter().map(|id| self.get_node(id)).collect()
+    }
+    /// Many nodes' deadlines at once, in the order of `ids`.
+    fn deadlines(&self, ids: &[NodeId]) -> Result<Vec<Option<u64>>> {
+        ids.iter().map(|id| self.deadline(id)).collect()
+    }
 
     // ---- fallback marks: nodes the offline fallback made, or that were built over one
     fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>>;
@@ -183,6 +192,10 @@ pub trait Backend: Send + Sync {
     fn scopes(&self) -> Result<Vec<ScopeRecord>>;
     fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>>;
     fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>>;
+    /// Many source records of one scope at once, in the order of `ids`.
+    fn get_sources(&self, scope: &str, ids: &[&str]) -> Result<Vec<Option<SourceRecord>>> {
+        ids.iter().map(|id| self.get_source(scope, id)).collect()
+    }
     /// Applies an ingest step whole or not at all.
     fn write_sources(&self, step: &SourceStep) -> Result<()>;
 
@@ -428,6 +441,20 @@ impl Store {
         Ok(self.backend.deadline(id)?.is_some_and(|at| at > now))
     }
 
+    /// Whether every one of `ids` is a live node (one look-up for all of them).
+    pub fn all_live(&self, ids: &[NodeId], now: u64) -> Result<bool> {
+        Ok(self
+            .backend
+            .deadlines(ids)?
+            .iter()
+            .all(|d| d.is_some_and(|at| at > now)))
+    }
+
+    /// Many nodes at once, in the order of `ids`, whether or not they expired.
+    pub fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
+        self.backend.get_nodes(ids)
+    }
+
     /// Removes a node (with its deadline and expiry entry) and marks it for removal from
     /// the index, atomically. Returns whether it existed.
     pub fn remove_node(&self, id: &NodeId) -> Result<bool> {
@@ -489,6 +516,11 @@ impl Store {
 
     pub fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
         self.backend.get_text(scope, source)
+    }
+
+    /// Many source records of one scope at once, in the order of `ids`.
+    pub fn get_sources(&self, scope: &str, ids: &[&str]) -> Result<Vec<Option<SourceRecord>>> {
+        self.backend.get_sources(scope, ids)
     }
 
     /// Applies one ingest step atomically: the scope's new record, the sources it adds or

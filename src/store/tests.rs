@@ -166,6 +166,35 @@ fn a_source_step_writes_and_removes_together(s: &Store) {
     assert_eq!(s.scopes().unwrap().len(), 1);
 }
 
+fn batch_reads_answer_in_the_order_asked(s: &Store) {
+    s.put_nodes(&[node(1, None), node(2, Some(10))]).unwrap();
+    let ids = [
+        NodeId([2; 32]),
+        NodeId([3; 32]),
+        NodeId([1; 32]),
+        NodeId([2; 32]),
+    ];
+    let got = s.get_nodes(&ids).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            Some(node(2, Some(10))),
+            None,
+            Some(node(1, None)),
+            Some(node(2, Some(10)))
+        ]
+    );
+    assert!(s.all_live(&[NodeId([1; 32]), NodeId([2; 32])], 9).unwrap());
+    assert!(!s.all_live(&[NodeId([1; 32]), NodeId([2; 32])], 10).unwrap());
+    assert!(!s.all_live(&[NodeId([1; 32]), NodeId([3; 32])], 0).unwrap());
+    assert!(s.all_live(&[], 0).unwrap());
+    put_source(s, "kb", "a.md", "alpha", Vec::new());
+    put_source(s, "kb", "b.md", "beta", Vec::new());
+    let recs = s.get_sources("kb", &["b.md", "zz", "a.md"]).unwrap();
+    let names: Vec<Option<String>> = recs.into_iter().map(|r| r.map(|r| r.id)).collect();
+    assert_eq!(names, vec![Some("b.md".into()), None, Some("a.md".into())]);
+}
+
 // Regression: `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key.
 fn composite_keys_cannot_collide(s: &Store) {
     put_source(s, "kb\0x", "a.md", "one", Vec::new());
@@ -362,6 +391,7 @@ conformance!(
     nodes_live_expire_and_sweep,
     every_node_change_is_pending_until_cleared,
     a_source_step_writes_and_removes_together,
+    batch_reads_answer_in_the_order_asked,
     composite_keys_cannot_collide,
     vectors_and_views,
     the_job_queue_coalesces_claims_once_and_keeps_history,

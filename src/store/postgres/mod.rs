@@ -875,6 +875,81 @@ impl Backend for PgBackend {
         self.count("nodes", "SELECT count(*) FROM nodes")
     }
 
+    fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
+        let keys: Arc<Vec<Vec<u8>>> = Arc::new(ids.iter().map(|id| id.0.to_vec()).collect());
+        let rows = self.read("node reads", move |c| {
+            let keys = keys.clone();
+            Box::pin(async move {
+                let st = c
+                    .prepare_cached("SELECT id, body FROM nodes WHERE id = ANY($1)")
+                    .await?;
+                Ok(c.query(&st, &[&*keys])
+                    .await?
+                    .into_iter()
+                    .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
+                    .collect::<HashMap<_, _>>())
+            })
+        })?;
+        ids.iter()
+            .map(|id| {
+                rows.get(&id.0[..])
+                    .map(|b| decode(&format!("node {id}"), b))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    fn deadlines(&self, ids: &[NodeId]) -> Result<Vec<Option<u64>>> {
+        let keys: Arc<Vec<Vec<u8>>> = Arc::new(ids.iter().map(|id| id.0.to_vec()).collect());
+        let rows = self.read("deadline reads", move |c| {
+            let keys = keys.clone();
+            Box::pin(async move {
+                let st = c
+                    .prepare_cached("SELECT id, expires_at FROM nodes WHERE id = ANY($1)")
+                    .await?;
+                Ok(c.query(&st, &[&*keys])
+                    .await?
+                    .into_iter()
+                    .map(|r| {
+                        (
+                            r.get::<_, Vec<u8>>(0),
+                            r.get::<_, Option<i64>>(1).map_or(u64::MAX, u64_of),
+                        )
+                    })
+                    .collect::<HashMap<_, _>>())
+            })
+        })?;
+        Ok(ids.iter().map(|id| rows.get(&id.0[..]).copied()).collect())
+    }
+
+    fn get_sources(&self, scope: &str, ids: &[&str]) -> Result<Vec<Option<SourceRecord>>> {
+        let name = scope.as_bytes().to_vec();
+        let keys: Arc<Vec<Vec<u8>>> =
+            Arc::new(ids.iter().map(|id| id.as_bytes().to_vec()).collect());
+        let rows = self.read("source reads", move |c| {
+            let (name, keys) = (name.clone(), keys.clone());
+            Box::pin(async move {
+                let st = c
+                    .prepare_cached(
+                        "SELECT id, record FROM sources WHERE scope = $1 AND id = ANY($2)",
+                    )
+                    .await?;
+                Ok(c.query(&st, &[&name, &*keys])
+                    .await?
+                    .into_iter()
+                    .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
+                    .collect::<HashMap<_, _>>())
+            })
+        })?;
+        ids.iter()
+            .map(|id| {
+                rows.get(id.as_bytes())
+                    .map(|b| decode(&format!("source {id}"), b))
+                    .transpose()
+            })
+            .collect()
+    }
+
     fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
         let key = id.0.to_vec();
         let b = self.read("fallback mark", move |c| {

@@ -216,8 +216,16 @@ impl Scratch {
     }
 }
 
-/// Runs statements on a connection of its own.
+/// Runs statements on a connection of its own, from a thread of its own (so that it can
+/// be called from anywhere, async code included).
 pub(crate) fn execute(url: &str, sql: &str) -> Result<(), String> {
+    let (url, sql) = (url.to_string(), sql.to_string());
+    std::thread::spawn(move || execute_here(&url, &sql))
+        .join()
+        .map_err(|_| "the statement's thread panicked".to_string())?
+}
+
+fn execute_here(url: &str, sql: &str) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
