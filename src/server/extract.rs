@@ -46,7 +46,8 @@ pub(super) async fn json_body<S: Send + Sync, T: DeserializeOwned>(
     let bytes = Bytes::from_request(req, state)
         .await
         .map_err(|r| ApiError::new(r.status(), one_line(&r.body_text())))?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    // No body, or a JSON `null` (what a client serialising "nothing" sends), is no body.
+    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
         return Ok(None);
     }
     match Json::<T>::from_bytes(&bytes) {

@@ -128,7 +128,7 @@ fn cli_commands_work_next_to_a_running_server() {
     });
     assert!(ok && out.contains("176 added"), "{out}{err}");
     // The server sees the CLI's ingest: compress through it, wait for the job.
-    let (code, v) = rt.block_on(server.post("/api/debates/debate/compress", Value::Null));
+    let (code, v) = rt.block_on(server.post("/api/debates/debate/compress?wait=0", Value::Null));
     assert_eq!(code, 202, "{v}");
     let job = rt.block_on(server.wait_job(v["job_id"].as_u64().unwrap()));
     assert_eq!(job["state"], "done", "{job}");
