@@ -201,10 +201,9 @@ fn nodes_of_an_interrupted_build_are_indexed_at_the_next_open() {
                 } => {}
             }
         };
-        rt.block_on(tokio::time::timeout(
-            std::time::Duration::from_secs(120),
-            stalled,
-        ))
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(120), stalled).await
+        })
         .expect("20 nodes stored within two minutes");
         let s = e.stats(T0).unwrap();
         assert!(s.unindexed >= 20, "{s:?}");
