@@ -87,6 +87,44 @@ pub(super) fn parse_json(reply: &str) -> std::result::Result<Value, String> {
     Ok(v)
 }
 
+/// The complete top-level fields of a JSON object cut off at a token limit, closed into an
+/// object: `{"action": "peek", "ids": ["n1"], "quotes": [{"id": "n1", "quo` gives
+/// `{"action": "peek", "ids": ["n1"]}`. `None` when not even one field is complete.
+pub(super) fn salvage(reply: &str) -> Option<Value> {
+    let start = reply.find('{')?;
+    let body = &reply[start..];
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut complete = None;
+    for (i, c) in body.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    // Not cut off after all.
+                    return serde_json::from_str(&body[..=i])
+                        .ok()
+                        .filter(Value::is_object);
+                }
+            }
+            ',' if depth == 1 => complete = Some(i),
+            _ => {}
+        }
+    }
+    let v: Value = serde_json::from_str(&format!("{}}}", &body[..complete?])).ok()?;
+    v.is_object().then_some(v)
+}
+
 /// One quoted piece of evidence.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct QuoteRef {
@@ -265,6 +303,21 @@ mod tests {
             assert!(Turn::from_json(&bad).is_err(), "{bad}");
         }
         assert!(parse_json("{\"action\": \"peek\", ").is_err());
+        // Cut off at the token limit: the complete fields are kept.
+        let cut = "```json\n{\"action\": \"peek\", \"confidence\": 0.9, \"ids\": [\"n1\", \"n2\"], \
+                   \"learned\": \"a, {b} \\\" c\", \"quotes\": [{\"id\": \"n1\", \"quote\": \"A long, long";
+        let v = salvage(cut).unwrap();
+        assert_eq!(
+            v,
+            json!({"action": "peek", "confidence": 0.9, "ids": ["n1", "n2"], "learned": "a, {b} \" c"})
+        );
+        assert_eq!(
+            Turn::from_json(&v).unwrap().action,
+            Action::Peek(vec!["n1".into(), "n2".into()])
+        );
+        assert_eq!(salvage("{\"action\": \"pe"), None);
+        assert_eq!(salvage("no json"), None);
+        assert_eq!(salvage("{\"a\": 1}"), Some(json!({"a": 1})));
         assert!(parse_json("no json here").is_err());
         let i = Intent::from_json(&json!({"entity": "Eastgate", "attribute": "car ownership",
             "output_type": "Number", "keywords": ["car", "households"]}))
