@@ -87,14 +87,15 @@ pub(super) fn parse_json(reply: &str) -> std::result::Result<Value, String> {
     Ok(v)
 }
 
-/// The complete top-level fields of a JSON object cut off at a token limit, closed into an
-/// object: `{"action": "peek", "ids": ["n1"], "quotes": [{"id": "n1", "quo` gives
-/// `{"action": "peek", "ids": ["n1"]}`. `None` when not even one field is complete.
+/// The complete part of a JSON object cut off at a token limit, closed into an object: its
+/// complete top-level fields, and of a top-level array being written, its complete
+/// elements: `{"action": "peek", "ids": ["n1", "n2", "n` gives `{"action": "peek", "ids":
+/// ["n1", "n2"]}`. `None` when not even one field is complete.
 pub(super) fn salvage(reply: &str) -> Option<Value> {
     let start = reply.find('{')?;
     let body = &reply[start..];
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    let mut complete = None;
+    let (mut open, mut in_string, mut escaped) = (Vec::new(), false, false);
+    let mut cut = None;
     for (i, c) in body.char_indices() {
         if in_string {
             match c {
@@ -107,21 +108,24 @@ pub(super) fn salvage(reply: &str) -> Option<Value> {
         }
         match c {
             '"' => in_string = true,
-            '{' | '[' => depth += 1,
+            '{' | '[' => open.push(c),
             '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
+                open.pop();
+                if open.is_empty() {
                     // Not cut off after all.
                     return serde_json::from_str(&body[..=i])
                         .ok()
                         .filter(Value::is_object);
                 }
             }
-            ',' if depth == 1 => complete = Some(i),
+            // After a complete field, or a complete element of a top-level array.
+            ',' if open.len() == 1 => cut = Some((i, "}")),
+            ',' if open.len() == 2 && open[1] == '[' => cut = Some((i, "]}")),
             _ => {}
         }
     }
-    let v: Value = serde_json::from_str(&format!("{}}}", &body[..complete?])).ok()?;
+    let (at, close) = cut?;
+    let v: Value = serde_json::from_str(&format!("{}{close}", &body[..at])).ok()?;
     v.is_object().then_some(v)
 }
 
@@ -314,6 +318,16 @@ mod tests {
         assert_eq!(
             Turn::from_json(&v).unwrap().action,
             Action::Peek(vec!["n1".into(), "n2".into()])
+        );
+        // Cut inside an array of ids: its complete elements.
+        let v = salvage("{\"action\": \"peek\", \"ids\": [\"n24\", \"n25\", \"n2").unwrap();
+        assert_eq!(v, json!({"action": "peek", "ids": ["n24", "n25"]}));
+        // Inside an array of objects: the complete objects only.
+        let v = salvage("{\"action\": \"finish\", \"quotes\": [{\"id\": \"n1\", \"quote\": \"A.\"}, {\"id\": \"n2\", \"quo")
+            .unwrap();
+        assert_eq!(
+            v,
+            json!({"action": "finish", "quotes": [{"id": "n1", "quote": "A."}]})
         );
         assert_eq!(salvage("{\"action\": \"pe"), None);
         assert_eq!(salvage("no json"), None);
