@@ -17,7 +17,7 @@ use serde_json::json;
 pub const VERSION: &str = "prompts-v1";
 
 /// Version of the navigation prompts.
-pub const NAV_VERSION: &str = "nav-v1";
+pub const NAV_VERSION: &str = "nav-v2";
 
 const COMPRESS_SYSTEM: &str = "You compress text for a retrieval system. Rules:\n\
 - Use only what the input states. Never add facts, opinions, commentary or outside knowledge.\n\
@@ -130,7 +130,8 @@ back; use it to scan many nodes at once.\n\
 and `quote`, one sentence copied exactly from that node's text. Quotes from FULL nodes are \
 best. Set `confidence` (0 to 1) and `ready` (false if the evidence is incomplete).\n\
 Always update `hypothesis` (your current best answer) and `learned` (what the last result \
-told you). Use only ids you were shown. Reply with one JSON object.";
+told you), one short sentence each. Leave `quotes` empty ([]) unless the action is finish. \
+Use only ids you were shown. Reply with one JSON object.";
 
 /// The per-iteration navigation prompt; `state` is the rendered question, intent,
 /// hypothesis, notes, last observation and working set.

@@ -54,6 +54,8 @@ impl Call {
 
 enum Reply {
     Text(String),
+    /// A reply cut off at the token limit (`finish_reason: length`).
+    Cut(String),
     /// HTTP status with headers and body.
     Status(u16, Vec<(&'static str, String)>),
     /// A 200 whose body is not a chat completion.
@@ -145,6 +147,11 @@ fn completion(text: &str) -> Value {
 async fn respond(mock: &Mock, reply: Reply) -> Response {
     match reply {
         Reply::Text(t) => axum::Json(completion(&t)).into_response(),
+        Reply::Cut(t) => {
+            let mut c = completion(&t);
+            c["choices"][0]["finish_reason"] = json!("length");
+            axum::Json(c).into_response()
+        }
         Reply::Status(code, headers) => {
             let mut h = HeaderMap::new();
             for (k, v) in headers {
@@ -1474,6 +1481,49 @@ fn peeking_again_what_was_read_descends_instead() {
         .unwrap();
     assert!(second.contains("had already been read"), "{second}");
     assert_eq!(listed(&second)[0].1, "summary", "{second}");
+}
+
+#[test]
+fn a_reply_cut_off_at_its_token_limit_keeps_its_complete_fields() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let sane = explorer("41%", "Eastgate households car");
+    mock.set(move |c| {
+        if c.kind == Kind::Action && turn(&c.user) == 1 {
+            // What a small model does: the action, then a long quote it was not asked for,
+            // cut off mid-string.
+            let ws = listed(&c.user);
+            return Reply::Cut(format!(
+                "{{\"action\": \"descend\", \"confidence\": 0.2, \"hypothesis\": \"\", \
+                 \"ids\": [\"{}\"], \"quotes\": [{{\"id\": \"n1\", \"quote\": \"The council \
+                 met and discussed, at length, the",
+                ws[0].0
+            ));
+        }
+        sane(c)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    let steps = render(&r);
+    assert!(r.ready && r.citations[0].quote.contains("41%"), "{steps}");
+    assert!(
+        steps.contains(
+            "salvage: the reply was cut off at its token limit; its 4 complete field(s) are used"
+        ),
+        "{steps}"
+    );
+    assert_eq!(
+        (r.usage.invalid_outputs, r.usage.fallbacks),
+        (0, 0),
+        "{steps}"
+    );
+    // The salvaged descend was carried out: the second prompt lists the groups.
+    assert!(steps.contains("descend: 1 node(s)"), "{steps}");
 }
 
 /// The engine's futures cross threads (the server spawns them).

@@ -34,7 +34,7 @@ mod view;
 use check::{Evidence, Verdict};
 use quote::Resolved;
 
-use reply::{Action, Intent, QuoteRef, Turn, parse_json};
+use reply::{Action, Intent, QuoteRef, Turn, parse_json, salvage};
 
 /// Working-set entries shown to the model per turn (the rest are listed as a count).
 const SHOWN: usize = 30;
@@ -437,6 +437,18 @@ impl<'e, 'a> Nav<'e, 'a> {
     ) -> Result<Reply, ModelError> {
         let reply = model.chat(req).await?;
         if reply.truncated {
+            // Small models run on (long quotes in a `peek`): the fields written before the
+            // cut are still the model's choice.
+            if let Some(v) = salvage(&reply.text) {
+                let fields = v.as_object().map_or(0, |o| o.len());
+                self.ex.step(
+                    "salvage",
+                    format!(
+                        "the reply was cut off at its token limit; its {fields} complete field(s) are used"
+                    ),
+                );
+                return Ok(Reply::Json(v));
+            }
             return Ok(Reply::Unusable(
                 "the reply was cut off at its token limit".into(),
             ));

@@ -87,6 +87,48 @@ pub(super) fn parse_json(reply: &str) -> std::result::Result<Value, String> {
     Ok(v)
 }
 
+/// The complete part of a JSON object cut off at a token limit, closed into an object: its
+/// complete top-level fields, and of a top-level array being written, its complete
+/// elements: `{"action": "peek", "ids": ["n1", "n2", "n` gives `{"action": "peek", "ids":
+/// ["n1", "n2"]}`. `None` when not even one field is complete.
+pub(super) fn salvage(reply: &str) -> Option<Value> {
+    let start = reply.find('{')?;
+    let body = &reply[start..];
+    let (mut open, mut in_string, mut escaped) = (Vec::new(), false, false);
+    let mut cut = None;
+    for (i, c) in body.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => open.push(c),
+            '}' | ']' => {
+                open.pop();
+                if open.is_empty() {
+                    // Not cut off after all.
+                    return serde_json::from_str(&body[..=i])
+                        .ok()
+                        .filter(Value::is_object);
+                }
+            }
+            // After a complete field, or a complete element of a top-level array.
+            ',' if open.len() == 1 => cut = Some((i, "}")),
+            ',' if open.len() == 2 && open[1] == '[' => cut = Some((i, "]}")),
+            _ => {}
+        }
+    }
+    let (at, close) = cut?;
+    let v: Value = serde_json::from_str(&format!("{}{close}", &body[..at])).ok()?;
+    v.is_object().then_some(v)
+}
+
 /// One quoted piece of evidence.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct QuoteRef {
@@ -265,6 +307,31 @@ mod tests {
             assert!(Turn::from_json(&bad).is_err(), "{bad}");
         }
         assert!(parse_json("{\"action\": \"peek\", ").is_err());
+        // Cut off at the token limit: the complete fields are kept.
+        let cut = "```json\n{\"action\": \"peek\", \"confidence\": 0.9, \"ids\": [\"n1\", \"n2\"], \
+                   \"learned\": \"a, {b} \\\" c\", \"quotes\": [{\"id\": \"n1\", \"quote\": \"A long, long";
+        let v = salvage(cut).unwrap();
+        assert_eq!(
+            v,
+            json!({"action": "peek", "confidence": 0.9, "ids": ["n1", "n2"], "learned": "a, {b} \" c"})
+        );
+        assert_eq!(
+            Turn::from_json(&v).unwrap().action,
+            Action::Peek(vec!["n1".into(), "n2".into()])
+        );
+        // Cut inside an array of ids: its complete elements.
+        let v = salvage("{\"action\": \"peek\", \"ids\": [\"n24\", \"n25\", \"n2").unwrap();
+        assert_eq!(v, json!({"action": "peek", "ids": ["n24", "n25"]}));
+        // Inside an array of objects: the complete objects only.
+        let v = salvage("{\"action\": \"finish\", \"quotes\": [{\"id\": \"n1\", \"quote\": \"A.\"}, {\"id\": \"n2\", \"quo")
+            .unwrap();
+        assert_eq!(
+            v,
+            json!({"action": "finish", "quotes": [{"id": "n1", "quote": "A."}]})
+        );
+        assert_eq!(salvage("{\"action\": \"pe"), None);
+        assert_eq!(salvage("no json"), None);
+        assert_eq!(salvage("{\"a\": 1}"), Some(json!({"a": 1})));
         assert!(parse_json("no json here").is_err());
         let i = Intent::from_json(&json!({"entity": "Eastgate", "attribute": "car ownership",
             "output_type": "Number", "keywords": ["car", "households"]}))
