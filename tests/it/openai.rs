@@ -1526,6 +1526,49 @@ fn a_reply_cut_off_at_its_token_limit_keeps_its_complete_fields() {
     assert!(steps.contains("descend: 1 node(s)"), "{steps}");
 }
 
+#[test]
+fn a_quote_of_sentences_glued_together_cites_each_one() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| match c.kind {
+        Kind::Intent => Reply::Text(
+            json!({"entity": "Eastgate", "attribute": "car ownership and cost",
+                   "output_type": "number", "keywords": ["Eastgate", "car", "cost"]})
+            .to_string(),
+        ),
+        // Two sentences of two turns, as one quote (what a model copying a DETAILED or
+        // ABSTRACT node writes), cited against the ABSTRACT.
+        Kind::Action => action(json!({"action": "finish", "confidence": 0.9, "ready": true,
+            "hypothesis": "41% have no car; the audit put the cost at $1.57 billion",
+            "quotes": [{"id": "n1", "quote": "In Eastgate 41% of households do not own a car, \
+                and buses there take 52 minutes to reach the centre. The 2029 audit put the \
+                cost at $1.57 billion, far above the original estimate."}]})),
+        _ => good(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(nav_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households own no car, and what did the 2029 audit say the line would cost?",
+    );
+    let steps = render(&r);
+    let quotes: Vec<&str> = r.citations.iter().map(|c| c.quote.as_str()).collect();
+    assert_eq!(
+        quotes,
+        [
+            "In Eastgate 41% of households do not own a car, and buses there take 52 minutes to reach the centre.",
+            "The 2029 audit put the cost at $1.57 billion, far above the original estimate."
+        ],
+        "{steps}"
+    );
+    assert!(
+        steps.contains("is not one passage: 2 of its 2 sentences were found in n1"),
+        "{steps}"
+    );
+    assert_eq!(r.usage.fallbacks, 0, "{steps}");
+}
+
 /// The engine's futures cross threads (the server spawns them).
 #[allow(dead_code)]
 fn engine_futures_are_send(e: &Engine) {

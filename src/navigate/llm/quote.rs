@@ -85,6 +85,17 @@ fn locate_by_words(text: &str, quote: &str) -> Option<(usize, usize)> {
     best.map(|(_, s, e)| (s, e))
 }
 
+/// The sentences of a quote (at least 20 characters each; shorter ones say too little to
+/// be located on their own).
+fn sentences_of(quote: &str) -> Vec<&str> {
+    let q = unquote(quote);
+    text::sentences(q)
+        .into_iter()
+        .map(|s| q[s.start..s.end].trim())
+        .filter(|s| s.chars().count() >= 20)
+        .collect()
+}
+
 /// The quotes of a `finish`, located: the verified spans, what could not be verified, and
 /// the share of the quotes considered that were verified.
 pub(super) struct Resolved {
@@ -164,6 +175,40 @@ impl Nav<'_, '_> {
                     }
                 }
             }
+            if found.is_none() && !q.quote.is_empty() {
+                // Several sentences glued together (copied from a DETAILED node, which
+                // drops the sentences between them): each one that is in a chunk beneath
+                // the node is cited on its own.
+                let pieces = sentences_of(&q.quote);
+                if pieces.len() >= 2 {
+                    let mut parts = Vec::new();
+                    for piece in &pieces {
+                        for f in fulls.iter().take(QUOTE_SCAN) {
+                            let n = self.ex.corpus.node(f, self.ex.now)?;
+                            if let Some((s, e)) = locate(&n.text, piece) {
+                                parts.push(Cited::in_chunk(&n, s, e));
+                                break;
+                            }
+                        }
+                    }
+                    if !parts.is_empty() {
+                        problems.push(format!(
+                            "quote {:?} is not one passage: {} of its {} sentences were found in {}",
+                            clip_to(&q.quote, 80),
+                            parts.len(),
+                            pieces.len(),
+                            q.id
+                        ));
+                        verified += 1;
+                        for c in parts {
+                            if !cited.contains(&c) {
+                                cited.push(c);
+                            }
+                        }
+                        continue;
+                    }
+                }
+            }
             if found.is_some() {
                 verified += 1;
             }
@@ -203,6 +248,15 @@ mod tests {
         let (s, e) = locate(t, "the audit said the cost was $1.57 billion in 2029").unwrap();
         assert_eq!(&t[s..e], "The 2029 audit put the cost at $1.57 billion.");
         assert_eq!(locate(t, "Carol resigned over the budget"), None);
+        assert_eq!(
+            sentences_of(
+                "“The 2029 audit put the cost at $1.57 billion. Bob disagreed. Carol left the council in May.”"
+            ),
+            [
+                "The 2029 audit put the cost at $1.57 billion.",
+                "Carol left the council in May."
+            ]
+        );
         assert_eq!(locate(t, ""), None);
     }
 }
