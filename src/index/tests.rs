@@ -1,0 +1,118 @@
+use super::*;
+use crate::node::{Meta, Span, full_id};
+
+fn node(scope: &str, level: Level, source: &str, text: &str) -> Node {
+    Node {
+        id: full_id(scope, source, 0, text.len(), text),
+        scope: scope.to_string(),
+        level,
+        text: text.to_string(),
+        children: Vec::new(),
+        citations: vec![Span {
+            source: source.to_string(),
+            start: 0,
+            end: text.len() as u64,
+        }],
+        tokens: 10,
+        meta: Meta::default(),
+        created_at: 0,
+        expires_at: None,
+    }
+}
+
+fn index(nodes: &[Node]) -> Index {
+    let ix = Index::in_memory().unwrap();
+    ix.upsert(nodes).unwrap();
+    ix.commit().unwrap();
+    ix
+}
+
+fn search(ix: &Index, q: &str, scopes: &[String], levels: &[Level]) -> Vec<NodeId> {
+    let query = ix.analyse_query(q);
+    ix.search(&Grep {
+        query: &query,
+        scopes,
+        levels,
+        within: None,
+        limit: 10,
+    })
+    .unwrap()
+    .into_iter()
+    .map(|h| h.id)
+    .collect()
+}
+
+#[test]
+fn questions_are_analysed_once_stop_words_dropped_terms_stemmed_names_marked() {
+    let ix = Index::in_memory().unwrap();
+    let a = ix.analyse_query("What did Okafor propose about the fares?");
+    assert!(
+        !a.terms
+            .iter()
+            .any(|t| t == "the" || t == "what" || t == "did")
+    );
+    assert!(a.terms.iter().any(|t| t == "fare"), "{:?}", a.terms);
+    assert!(a.names.contains("okafor"), "{:?}", a.names);
+    // The first word is capitalised by grammar, not because it names something.
+    assert!(!a.names.contains("what"));
+    assert!(
+        ix.search(&Grep {
+            query: &ix.analyse_query("the of and"),
+            scopes: &[],
+            levels: &[],
+            within: None,
+            limit: 10,
+        })
+        .unwrap()
+        .is_empty()
+    );
+}
+
+#[test]
+fn a_node_holding_every_rare_term_beats_a_short_one_repeating_some() {
+    let all = node(
+        "s",
+        Level::Full,
+        "a.md",
+        "The harbour tunnel budget was set at 40 million after the audit of the ferry contracts.",
+    );
+    let some = node("s", Level::Full, "b.md", "Tunnel. Tunnel tunnel.");
+    let other = node(
+        "s",
+        Level::Full,
+        "c.md",
+        "Nothing to do with the question at all.",
+    );
+    let ix = index(&[some.clone(), all.clone(), other]);
+    let hits = search(&ix, "tunnel budget audit ferry", &[], &[]);
+    assert_eq!(hits.first(), Some(&all.id), "{hits:?}");
+    assert!(hits.contains(&some.id));
+    assert_eq!(hits.len(), 2);
+}
+
+#[test]
+fn searches_keep_to_their_scopes_and_levels_and_deletes_take_effect() {
+    let a = node("one", Level::Full, "a.md", "the river crossing plan");
+    let b = node("two", Level::Full, "a.md", "the river crossing plan, again");
+    let c = node(
+        "one",
+        Level::Summary,
+        "s",
+        "a summary of the river crossing",
+    );
+    let ix = index(&[a.clone(), b.clone(), c.clone()]);
+    let one = vec!["one".to_string()];
+    let mut got = search(&ix, "river crossing", &one, &[]);
+    got.sort();
+    let mut want = vec![a.id, c.id];
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        search(&ix, "river crossing", &one, &[Level::Summary]),
+        [c.id]
+    );
+    ix.delete(&[a.id]).unwrap();
+    ix.commit().unwrap();
+    assert_eq!(search(&ix, "river crossing", &one, &[Level::Full]), []);
+    assert_eq!(ix.n_docs(), 2);
+}

@@ -1,0 +1,84 @@
+use super::*;
+use crate::store::tests::{record, scope_record};
+
+// Regression: `kb\0x` + `a.md` and `kb` + `x\0a.md` were one key, so a document
+// posted to one scope replaced a document of another. (The store-level check runs in
+// the conformance suite for every backend.)
+#[test]
+fn source_keys_are_length_prefixed() {
+    assert_ne!(source_key("kb\0x", "a.md"), source_key("kb", "x\0a.md"));
+    assert_ne!(source_key("ab", "c"), source_key("a", "bc"));
+    assert!(source_key("kb", "a").starts_with(&[0, 0, 0, 2, b'k', b'b']));
+}
+
+#[test]
+fn a_layout_1_store_is_migrated_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::Config::new()
+            .path(dir.path().join("store"))
+            .open()
+            .unwrap();
+        db.insert("format", &[1u8]).unwrap();
+        let old_key = b"kb\0docs/a.md".to_vec();
+        db.open_tree("sources")
+            .unwrap()
+            .insert(&old_key, encode(&record("kb", "docs/a.md")).unwrap())
+            .unwrap();
+        db.open_tree("texts")
+            .unwrap()
+            .insert(&old_key, encode(&"text of a").unwrap())
+            .unwrap();
+        db.open_tree("scopes")
+            .unwrap()
+            .insert("kb", encode(&scope_record("kb", &["docs/a.md"])).unwrap())
+            .unwrap();
+        db.open_tree("unindexed")
+            .unwrap()
+            .insert([7u8; 32], &[][..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(
+        s.get_text("kb", "docs/a.md").unwrap().as_deref(),
+        Some("text of a")
+    );
+    assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+    // A layout-1 pending mark (no generation) reads as generation 0 and clears.
+    let marks = s.pending_index().unwrap();
+    assert_eq!(marks[0].generation, 0);
+    s.clear_pending_index(&marks).unwrap();
+    assert_eq!(s.n_pending_index(), 0);
+    drop(s);
+    // Opening again finds layout 2 and changes nothing.
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+}
+
+#[test]
+fn a_newer_layout_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::Config::new()
+            .path(dir.path().join("store"))
+            .open()
+            .unwrap();
+        db.insert("format", &[LAYOUT + 1]).unwrap();
+        db.flush().unwrap();
+    }
+    let e = SledBackend::open(dir.path()).err().unwrap().to_string();
+    assert!(e.contains("newer") && !e.contains('\n'), "{e}");
+}
+
+// Regression: a second process got sled's raw 400-character lock message, twice.
+#[test]
+fn a_store_in_use_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = SledBackend::open(dir.path()).unwrap();
+    // sled's lock is a file lock per open file: a second open in this process
+    // contends like another process would.
+    let e = SledBackend::open(dir.path()).err().unwrap().to_string();
+    assert!(e.contains("in use by another strata process"), "{e}");
+    assert!(!e.contains('\n') && e.len() < 300, "{e}");
+}
