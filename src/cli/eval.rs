@@ -101,22 +101,20 @@ pub fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
     ))?;
     save(&report)?;
     let md = strata::eval::markdown(&report);
+    let mut files = vec!["report.json", "report.md"];
     if !opts.sizes.is_empty() {
         strata::eval::plot::svg(&report, &out.join("eval.svg"))?;
+        files.push("eval.svg");
+    }
+    if !report.retention.is_empty() {
+        strata::eval::plot::retention_svg(&report, &out.join("retention.svg"))?;
+        files.push("retention.svg");
     }
     if json {
         print_json(&report)?;
     } else {
         out!("{md}");
-        out!(
-            "(written to {}: report.json, report.md{})",
-            out.display(),
-            if opts.sizes.is_empty() {
-                ""
-            } else {
-                ", eval.svg"
-            }
-        );
+        out!("(written to {}: {})", out.display(), files.join(", "));
     }
     let mut failed = Vec::new();
     for (task, min) in floors {
