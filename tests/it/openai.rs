@@ -357,6 +357,8 @@ fn offline_detailed(e: &Engine, c: &strata::plan::PlannedChunk) -> String {
             label: plan.chunk_label(ci),
         }],
         target_tokens: target.max(1),
+        inputs: Default::default(),
+        feedback: None,
     })
 }
 
