@@ -331,6 +331,19 @@ mod tests {
     }
 
     #[test]
+    fn a_context_too_small_for_a_chunk_is_refused() {
+        let mut c = Config::default();
+        c.model.context_tokens = 1000;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("model.context_tokens (1000) is too small for chunk.tokens (400)"),
+            "{e}"
+        );
+        c.chunk.tokens = 200;
+        c.validate().unwrap();
+    }
+
+    #[test]
     fn zero_workers_and_unusable_tokens_are_refused() {
         let e = load_err(None, &[("STRATA_SERVER_WORKERS", "0")]);
         assert!(e.contains("server.workers must be at least 1"), "{e}");

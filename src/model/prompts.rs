@@ -301,4 +301,58 @@ mod tests {
         });
         assert!(doc.user.contains("at most 5 words") && !doc.user.contains("speaker's name"));
     }
+
+    #[test]
+    fn a_retry_carries_its_note_and_the_frame_bounds_every_prompt() {
+        let long = "Why the audit matters. ".repeat(200);
+        for (level, inputs) in [
+            (Level::Detailed, Inputs::Text),
+            (Level::Summary, Inputs::Text),
+            (Level::Summary, Inputs::Summaries),
+            (Level::Abstract, Inputs::Summaries),
+        ] {
+            for label in [None, Some("Rounds 3\u{2013}17".to_string())] {
+                let mut req = CompressRequest::new(
+                    level,
+                    vec![Passage {
+                        text: "The bridge costs $61 million.".into(),
+                        label: label.clone(),
+                    }],
+                    120,
+                );
+                req.inputs = inputs;
+                let first = compress(&req);
+                req.feedback = Some(format!("(this is attempt 2) it was too long: {long}"));
+                let retry = compress(&req);
+                assert_ne!(first, retry);
+                assert!(
+                    retry
+                        .user
+                        .contains("Your previous reply was rejected: (this is attempt 2)")
+                );
+                // The frame covers the instructions, the (cut) note and the framing; the
+                // passage adds its text and tags.
+                let passage = token::count("The bridge costs $61 million.")
+                    + passage_tokens(label.as_deref());
+                assert!(
+                    prompt_tokens(&retry) <= frame_tokens(level, inputs) + passage,
+                    "{level:?} {inputs:?}: {} > {} + {passage}",
+                    prompt_tokens(&retry),
+                    frame_tokens(level, inputs)
+                );
+            }
+        }
+        let reduce = compress(&CompressRequest {
+            inputs: Inputs::Summaries,
+            ..CompressRequest::new(
+                Level::Summary,
+                vec![Passage {
+                    text: "x".into(),
+                    label: Some("Rounds 1\u{2013}9".into()),
+                }],
+                50,
+            )
+        });
+        assert!(reduce.user.contains("consecutive parts") && reduce.user.contains("rounds"));
+    }
 }
