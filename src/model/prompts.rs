@@ -56,7 +56,7 @@ pub fn frame_tokens(level: Level, inputs: Inputs) -> usize {
 /// An upper bound of the tokens one passage adds to a prompt besides its text: its tags
 /// and label.
 pub fn passage_tokens(label: Option<&str>) -> usize {
-    label.map_or(0, |l| token::count(l)) + 12
+    label.map_or(0, token::count) + 12
 }
 
 /// Version of the navigation prompts.

@@ -1615,7 +1615,10 @@ fn real_model_end_to_end() {
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     // Every request fit the server's context, and no rejected output was asked for again
     // with the same request.
-    assert!(r.max_request_tokens as usize <= e.config().model.context_tokens, "{r:?}");
+    assert!(
+        r.max_request_tokens as usize <= e.config().model.context_tokens,
+        "{r:?}"
+    );
     assert_eq!((r.over_context, r.identical_retries), (0, 0), "{r:?}");
     check_tree(&e, "d");
     let plan = e.plan("d").unwrap();
