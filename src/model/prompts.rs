@@ -43,20 +43,36 @@ pub fn prompt_tokens(p: &ChatRequest) -> usize {
 
 /// An upper bound of a compression prompt's tokens for `level` and `inputs` besides its
 /// passages (see [`passage_tokens`]) and reply: the system prompt, the task, a retry's
-/// note and the framing. What the plan sizes its fan-in with.
+/// note and the framing. What the plan sizes its fan-in with (counted once a process).
 pub fn frame_tokens(level: Level, inputs: Inputs) -> usize {
-    let task = [true, false]
-        .map(|debate| token::count(&task(level, inputs, 999_999, debate)))
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-    token::count(COMPRESS_SYSTEM) + task + FEEDBACK_TOKENS + 16 + 2 * MESSAGE_TOKENS
+    static FRAMES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    let frames = FRAMES.get_or_init(|| {
+        let system = token::count(COMPRESS_SYSTEM);
+        Level::ALL
+            .into_iter()
+            .flat_map(|l| [(l, Inputs::Text), (l, Inputs::Summaries)])
+            .map(|(l, i)| {
+                let task = [true, false]
+                    .map(|debate| token::count(&task(l, i, 999_999, debate)))
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0);
+                system + task + FEEDBACK_TOKENS + 16 + 2 * MESSAGE_TOKENS
+            })
+            .collect()
+    });
+    let i = match inputs {
+        Inputs::Text => 0,
+        Inputs::Summaries => 1,
+    };
+    frames[level.as_u8() as usize * 2 + i]
 }
 
 /// An upper bound of the tokens one passage adds to a prompt besides its text: its tags
-/// and label.
+/// and label. The label is bounded by its bytes (a token is at least one byte), so the
+/// plan tokenizes no label: it is loaded for every context window and query.
 pub fn passage_tokens(label: Option<&str>) -> usize {
-    label.map_or(0, token::count) + 12
+    label.map_or(0, str::len) + 12
 }
 
 /// Version of the navigation prompts.
