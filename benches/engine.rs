@@ -191,6 +191,8 @@ fn bench_offline(c: &mut Criterion) {
             label: None,
         }],
         target_tokens: big.tokens.div_ceil(2),
+        inputs: Default::default(),
+        feedback: None,
     };
     // A SUMMARY group: consecutive chunks (one passage each) up to ~3,000 tokens.
     let mut passages = Vec::new();
@@ -209,6 +211,8 @@ fn bench_offline(c: &mut Criterion) {
         level: Level::Summary,
         passages,
         target_tokens: group_tokens / 5,
+        inputs: Default::default(),
+        feedback: None,
     };
 
     let mut g = c.benchmark_group("offline");

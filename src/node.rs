@@ -181,6 +181,8 @@ pub enum FallbackMark {
     /// The model server refused the request (a 4xx) or its reply was no completion:
     /// not retried automatically.
     Refused,
+    /// The prompt would have exceeded `model.context_tokens`: not sent.
+    OverContext,
 }
 
 impl FallbackMark {

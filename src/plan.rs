@@ -6,6 +6,8 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::level::Level;
+use crate::model::Inputs;
+use crate::model::prompts::{accepted_tokens, frame_tokens, passage_tokens, reply_tokens};
 use crate::node::{NodeId, derived_id};
 use crate::store::{ScopeKind, ScopeRecord, Store};
 use serde::{Deserialize, Serialize};
@@ -44,6 +46,34 @@ pub struct PlannedGroup {
     pub full_tokens: u64,
 }
 
+/// A node of the reduction above the groups: an intermediate SUMMARY of a run of
+/// consecutive groups (layer 1) or of a run of consecutive layer-`k - 1` reductions. A
+/// SUMMARY of a longer span, made only so that no prompt exceeds `model.context_tokens`:
+/// the SUMMARY level users see is still one node per group, the ABSTRACT the root.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlannedReduction {
+    pub id: NodeId,
+    /// 1 over groups, `k` over layer `k - 1`.
+    pub layer: u32,
+    /// What it reduces, in order.
+    pub inputs: Vec<Reduced>,
+    /// The first and last group beneath it.
+    pub groups: (usize, usize),
+    /// `Rounds 3–17` in a debate; the first and last group's labels in documents.
+    pub label: String,
+    pub full_tokens: u64,
+    pub target_tokens: usize,
+}
+
+/// An input of a reduction step (a [`PlannedReduction`] or the ABSTRACT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reduced {
+    /// A group's SUMMARY (index into [`Plan::groups`]).
+    Group(usize),
+    /// An intermediate SUMMARY (index into [`Plan::reductions`]).
+    Reduction(usize),
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Plan {
     pub scope: String,
@@ -52,7 +82,13 @@ pub struct Plan {
     pub sources: Vec<PlannedSource>,
     pub chunks: Vec<PlannedChunk>,
     pub groups: Vec<PlannedGroup>,
+    /// The reduction tree between the groups' SUMMARYs and the ABSTRACT, layer by layer
+    /// (empty when every SUMMARY fits one ABSTRACT prompt).
+    pub reductions: Vec<PlannedReduction>,
+    /// The ABSTRACT's inputs: every group, or the top layer of the reduction.
+    pub abstract_inputs: Vec<Reduced>,
     pub abstract_id: NodeId,
+    pub abstract_target: usize,
     /// METADATA node id for each derived node (DETAILED, SUMMARY, ABSTRACT).
     pub metadata: HashMap<NodeId, NodeId>,
     pub full_tokens: u64,
@@ -68,10 +104,80 @@ pub fn compressor_identity(model: &str, cfg: &Config) -> String {
     )
 }
 
+/// What sizes the groups and the reduction: the model's context and the level targets.
+struct Sizing {
+    context: usize,
+    detailed_ratio: f64,
+    summary_ratio: f64,
+    abstract_ratio: f64,
+    /// The most an intermediate SUMMARY or the ABSTRACT may ask for: small enough that
+    /// any four of them and the reply fit one prompt, so every layer shrinks.
+    cap: usize,
+    frame_text: usize,
+    frame_summaries: usize,
+    frame_abstract: usize,
+}
+
+impl Sizing {
+    fn new(cfg: &Config) -> Sizing {
+        let l = &cfg.levels;
+        let context = cfg.model.context_tokens;
+        let frame_summaries = frame_tokens(Level::Summary, Inputs::Summaries);
+        let frame_abstract = frame_tokens(Level::Abstract, Inputs::Summaries);
+        let room = context.saturating_sub(frame_summaries.max(frame_abstract) + 4 * 48);
+        Sizing {
+            context,
+            detailed_ratio: l.detailed_ratio,
+            summary_ratio: l.summary_ratio,
+            abstract_ratio: l.abstract_ratio,
+            // 4 inputs of up to 1.5× the cap plus a reply of up to 1.5× it: 7.5× the cap.
+            cap: (room * 2 / 15).min(l.abstract_max_tokens).max(1),
+            frame_text: frame_tokens(Level::Summary, Inputs::Text),
+            frame_summaries,
+            frame_abstract,
+        }
+    }
+
+    fn detailed_target(&self, tokens: u64) -> usize {
+        ((tokens as f64 * self.detailed_ratio).ceil() as usize).max(1)
+    }
+
+    fn summary_target(&self, full: u64) -> usize {
+        ((full as f64 * self.summary_ratio).ceil() as usize).max(1)
+    }
+
+    fn reduction_target(&self, full: u64) -> usize {
+        ((full as f64 * self.abstract_ratio).ceil() as usize)
+            .min(self.cap)
+            .max(1)
+    }
+
+    /// Whether a group's SUMMARY prompt over DETAILED nodes of `inputs` tokens (their
+    /// accepted sizes and labels, summed) for a group of `full` tokens fits the context.
+    fn group_fits(&self, inputs: usize, full: u64) -> bool {
+        self.frame_text + inputs + reply_tokens(self.summary_target(full)) <= self.context
+    }
+}
+
+/// An item of a reduction layer: a node whose output size is bounded by its target.
+#[derive(Clone)]
+struct Item {
+    what: Reduced,
+    id: NodeId,
+    /// Accepted size of its text plus its passage's tags and label, in tokens.
+    cost: usize,
+    full: u64,
+    groups: (usize, usize),
+}
+
 impl Plan {
     /// Plans `scope` from the store's source records.
     pub fn load(store: &Store, scope: &ScopeRecord, model: &str, cfg: &Config) -> Result<Plan> {
         let compressor = compressor_identity(model, cfg);
+        let sizing = Sizing::new(cfg);
+        // The current group's SUMMARY prompt inputs, for splitting a group too large for
+        // one prompt (a huge round, a small context).
+        let mut group_cost = 0usize;
         let mut sources = Vec::with_capacity(scope.sources.len());
         let mut chunks: Vec<PlannedChunk> = Vec::new();
         let mut groups: Vec<PlannedGroup> = Vec::new();
@@ -96,22 +202,51 @@ impl Plan {
             for c in &rec.chunks {
                 full_tokens += c.tokens as u64;
                 let ci = chunks.len();
+                let label = match (&rec.speaker, rec.round) {
+                    (Some(sp), Some(r)) => Some(format!("{sp} (round {r})")),
+                    (Some(sp), None) => Some(sp.clone()),
+                    _ => None,
+                };
+                let cost = accepted_tokens(sizing.detailed_target(c.tokens as u64))
+                    + passage_tokens(label.as_deref());
+                // Whether the chunk still fits the current group's SUMMARY prompt.
+                let fits = groups.last().is_none_or(|g| {
+                    g.chunks.is_empty()
+                        || sizing.group_fits(group_cost + cost, g.full_tokens + c.tokens as u64)
+                });
                 let gi = match scope.kind {
                     ScopeKind::Debate => match groups.last() {
-                        Some(g) if g.round == rec.round => groups.len() - 1,
-                        _ => {
+                        Some(g) if g.round == rec.round && fits => groups.len() - 1,
+                        last => {
+                            let part = match last {
+                                Some(g) if g.round == rec.round => {
+                                    groups
+                                        .iter()
+                                        .rev()
+                                        .take_while(|g| g.round == rec.round)
+                                        .count()
+                                        + 1
+                                }
+                                _ => 1,
+                            };
+                            let mut label = format!("Round {}", rec.round.unwrap_or(0));
+                            if part > 1 {
+                                label.push_str(&format!(", part {part}"));
+                            }
                             groups.push(PlannedGroup {
                                 summary: NodeId([0; 32]),
                                 chunks: Vec::new(),
                                 round: rec.round,
-                                label: format!("Round {}", rec.round.unwrap_or(0)),
+                                label,
                                 full_tokens: 0,
                             });
+                            group_cost = 0;
                             groups.len() - 1
                         }
                     },
                     ScopeKind::Doc => {
                         let same = last_section == Some(c.section)
+                            && fits
                             && groups
                                 .last()
                                 .is_some_and(|g| g.chunks.len() < cfg.chunk.group_size);
@@ -128,10 +263,12 @@ impl Plan {
                                 label,
                                 full_tokens: 0,
                             });
+                            group_cost = 0;
                         }
                         groups.len() - 1
                     }
                 };
+                group_cost += cost;
                 groups[gi].chunks.push(ci);
                 groups[gi].full_tokens += c.tokens as u64;
                 chunks.push(PlannedChunk {
@@ -161,8 +298,17 @@ impl Plan {
                 derived_id(Level::Metadata, TAGS_VERSION, &[g.summary]),
             );
         }
-        let summaries: Vec<NodeId> = groups.iter().map(|g| g.summary).collect();
-        let abstract_id = derived_id(Level::Abstract, &compressor, &summaries);
+        let reducer = format!("{compressor}|ctx={}", sizing.context);
+        let (reductions, abstract_inputs, abstract_target) =
+            reduce(&groups, &sizing, &reducer, scope.kind, full_tokens, cfg);
+        let top: Vec<NodeId> = abstract_inputs
+            .iter()
+            .map(|r| match *r {
+                Reduced::Group(gi) => groups[gi].summary,
+                Reduced::Reduction(ri) => reductions[ri].id,
+            })
+            .collect();
+        let abstract_id = derived_id(Level::Abstract, &reducer, &top);
         metadata.insert(
             abstract_id,
             derived_id(Level::Metadata, TAGS_VERSION, &[abstract_id]),
@@ -174,15 +320,34 @@ impl Plan {
             sources,
             chunks,
             groups,
+            reductions,
+            abstract_inputs,
             abstract_id,
+            abstract_target,
             metadata,
             full_tokens,
         })
     }
 
+    /// The id of a reduction step's input.
+    pub fn reduced_id(&self, r: Reduced) -> NodeId {
+        match r {
+            Reduced::Group(gi) => self.groups[gi].summary,
+            Reduced::Reduction(ri) => self.reductions[ri].id,
+        }
+    }
+
+    /// The label of a reduction step's input.
+    pub fn reduced_label(&self, r: Reduced) -> &str {
+        match r {
+            Reduced::Group(gi) => &self.groups[gi].label,
+            Reduced::Reduction(ri) => &self.reductions[ri].label,
+        }
+    }
+
     /// Number of derived nodes (what a cold build makes).
     pub fn n_derived(&self) -> usize {
-        self.chunks.len() + self.groups.len() + 1 + self.metadata.len()
+        self.chunks.len() + self.groups.len() + self.reductions.len() + 1 + self.metadata.len()
     }
 
     /// The ids of the tree's nodes at `level`, each once, in reading order (METADATA
@@ -203,12 +368,14 @@ impl Plan {
         ids.into_iter().filter(|id| seen.insert(*id)).collect()
     }
 
-    /// Every node id of the tree, FULL included.
+    /// Every node id of the tree, FULL and the intermediate SUMMARYs of the reduction
+    /// included.
     pub fn all_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.chunks
             .iter()
             .flat_map(|c| [c.full, c.detailed])
             .chain(self.groups.iter().map(|g| g.summary))
+            .chain(self.reductions.iter().map(|r| r.id))
             .chain(std::iter::once(self.abstract_id))
             .chain(self.metadata.values().copied())
     }
@@ -221,5 +388,115 @@ impl Plan {
             (Some(sp), None) => Some(sp.clone()),
             _ => None,
         }
+    }
+}
+
+/// The reduction above the groups: layers of intermediate SUMMARYs until their tokens
+/// fit one ABSTRACT prompt. Each layer packs consecutive items greedily, left to right,
+/// as many as fit one prompt (by each input's accepted size and label in real tokens, the
+/// prompt's instructions and the reply budget). Greedy from the left is prefix-stable:
+/// appending to the scope changes only the last run of each layer, so an append
+/// recompresses one node per layer, O(log n). Returns the reductions, the ABSTRACT's
+/// inputs and its target.
+fn reduce(
+    groups: &[PlannedGroup],
+    sizing: &Sizing,
+    reducer: &str,
+    kind: ScopeKind,
+    full_tokens: u64,
+    cfg: &Config,
+) -> (Vec<PlannedReduction>, Vec<Reduced>, usize) {
+    let lv = &cfg.levels;
+    let abstract_target = ((full_tokens as f64 * lv.abstract_ratio).ceil() as usize)
+        .min(lv.abstract_max_tokens)
+        .min(sizing.cap)
+        .max(1);
+    let mut items: Vec<Item> = groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| Item {
+            what: Reduced::Group(gi),
+            id: g.summary,
+            cost: accepted_tokens(sizing.summary_target(g.full_tokens))
+                + passage_tokens(Some(&g.label)),
+            full: g.full_tokens,
+            groups: (gi, gi),
+        })
+        .collect();
+    let abstract_fits = |items: &[Item]| {
+        sizing.frame_abstract
+            + items.iter().map(|i| i.cost).sum::<usize>()
+            + reply_tokens(abstract_target)
+            <= sizing.context
+    };
+    let mut reductions: Vec<PlannedReduction> = Vec::new();
+    let mut layer = 0u32;
+    while items.len() > 1 && !abstract_fits(&items) {
+        layer += 1;
+        let mut next: Vec<Item> = Vec::new();
+        let mut i = 0;
+        while i < items.len() {
+            let mut j = i + 1;
+            let mut cost = items[i].cost;
+            let mut full = items[i].full;
+            while j < items.len() {
+                let (c, f) = (cost + items[j].cost, full + items[j].full);
+                let fits = sizing.frame_summaries + c + reply_tokens(sizing.reduction_target(f))
+                    <= sizing.context;
+                if !fits {
+                    break;
+                }
+                (cost, full) = (c, f);
+                j += 1;
+            }
+            if j == i + 1 && layer > 1 && i + 1 < items.len() {
+                // Never a layer that does not shrink (only with a context too small for
+                // two capped inputs; the build's measurement still stops what is over).
+                j = i + 2;
+                full += items[i + 1].full;
+            }
+            let run = &items[i..j];
+            let inputs: Vec<Reduced> = run.iter().map(|x| x.what).collect();
+            let ids: Vec<NodeId> = run.iter().map(|x| x.id).collect();
+            let id = derived_id(Level::Summary, reducer, &ids);
+            let span = (run[0].groups.0, run[run.len() - 1].groups.1);
+            let label = span_label(groups, span, kind);
+            let target = sizing.reduction_target(full);
+            next.push(Item {
+                what: Reduced::Reduction(reductions.len()),
+                id,
+                cost: accepted_tokens(target) + passage_tokens(Some(&label)),
+                full,
+                groups: span,
+            });
+            reductions.push(PlannedReduction {
+                id,
+                layer,
+                inputs,
+                groups: span,
+                label,
+                full_tokens: full,
+                target_tokens: target,
+            });
+            i = j;
+        }
+        items = next;
+    }
+    (
+        reductions,
+        items.iter().map(|i| i.what).collect(),
+        abstract_target,
+    )
+}
+
+/// The label of a reduction over groups `first..=last`: `Rounds 3–17` in a debate, the
+/// first and last group's labels in documents.
+fn span_label(groups: &[PlannedGroup], (first, last): (usize, usize), kind: ScopeKind) -> String {
+    let (a, b) = (&groups[first], &groups[last]);
+    match (kind, a.round, b.round) {
+        (ScopeKind::Debate, Some(x), Some(y)) if x == y => format!("Round {x}"),
+        (ScopeKind::Debate, Some(x), Some(y)) => format!("Rounds {x}\u{2013}{y}"),
+        _ if first == last => a.label.clone(),
+        _ => format!("{} \u{2013} {}", a.label, b.label),
     }
 }

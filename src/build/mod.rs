@@ -12,12 +12,14 @@ use crate::error::Result;
 use crate::level::{Level, PerLevel};
 use crate::model::Limiter;
 use crate::model::usage::{self, Meter, Usage};
-use crate::model::{CompressRequest, ModelError, SubModel};
+use crate::model::{CompressRequest, ModelError, SubModel, prompts};
 use crate::node::{FallbackMark, Node, NodeId};
 use crate::plan::Plan;
+use crate::plan::Reduced;
 use crate::progress::Progress;
 use crate::store::Store;
-use futures::future::join_all;
+use futures::FutureExt;
+use futures::future::{BoxFuture, join_all};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +55,16 @@ pub struct BuildReport {
     /// Model calls that failed after the client's retries (server errors, timeouts,
     /// undecodable responses).
     pub model_errors: u64,
+    /// The largest request sent to the model: its prompt plus its reply budget
+    /// (`max_tokens`), in real tokens. 0 when no prompt was sent (the offline compressor).
+    pub max_request_tokens: u64,
+    /// Requests not sent because they would exceed `model.context_tokens` (their node was
+    /// made by the fallback, marked `over_context`). The plan sizes every step to fit, so
+    /// this stays 0 unless a model's accepted outputs outgrow their budget.
+    pub over_context: u64,
+    /// Retries that sent the very request whose output had been rejected (at temperature
+    /// 0 it gets the same output back). A retry says what was wrong, so this is 0.
+    pub identical_retries: u64,
     /// Nodes marked as made by the fallback while the model did not answer (or built over
     /// such a node) that this build made again.
     pub fallback_retried: u64,
@@ -74,6 +86,9 @@ pub struct BuildReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embeddings: Option<crate::hybrid::EmbedReport>,
 }
+
+/// A node of the tree being made: its id once made, `None` when it (or an input) failed.
+type Pending<'a> = BoxFuture<'a, Option<NodeId>>;
 
 pub(crate) struct Builder<'a> {
     pub store: &'a Store,
@@ -101,6 +116,9 @@ struct Run<'a> {
     over_budget: AtomicU64,
     unfaithful: AtomicU64,
     model_errors: AtomicU64,
+    max_request: AtomicU64,
+    over_context: AtomicU64,
+    identical_retries: AtomicU64,
     hits: AtomicU64,
     /// Whether nodes are marked at all: not when the model is the fallback itself.
     marking: bool,
@@ -130,6 +148,9 @@ impl Builder<'_> {
             over_budget: AtomicU64::new(0),
             unfaithful: AtomicU64::new(0),
             model_errors: AtomicU64::new(0),
+            max_request: AtomicU64::new(0),
+            over_context: AtomicU64::new(0),
+            identical_retries: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             marking,
             check_marks: marking && self.store.has_fallback_marks(),
@@ -145,7 +166,40 @@ impl Builder<'_> {
         );
         let meter = Arc::new(Meter::default());
         usage::metered(meter.clone(), async {
-            let summaries = join_all((0..self.plan.groups.len()).map(|gi| run.group(gi))).await;
+            // The tree as futures: every node has one parent, so each future is awaited by
+            // its parent only; a reduction starts as soon as its own inputs exist.
+            let plan = self.plan;
+            let mut groups: Vec<Option<Pending<'_>>> = (0..plan.groups.len())
+                .map(|gi| Some(run.group(gi).boxed()))
+                .collect();
+            let mut reductions: Vec<Option<Pending<'_>>> = Vec::new();
+            fn take<'a>(
+                r: Reduced,
+                groups: &mut [Option<Pending<'a>>],
+                reductions: &mut [Option<Pending<'a>>],
+            ) -> Option<Pending<'a>> {
+                match r {
+                    Reduced::Group(gi) => groups[gi].take(),
+                    Reduced::Reduction(ri) => reductions[ri].take(),
+                }
+            }
+            for (ri, red) in plan.reductions.iter().enumerate() {
+                let inputs: Vec<Pending<'_>> = red
+                    .inputs
+                    .iter()
+                    .filter_map(|&r| take(r, &mut groups, &mut reductions))
+                    .collect();
+                let run = &run;
+                reductions.push(Some(
+                    async move { run.reduction(ri, join_all(inputs).await).await }.boxed(),
+                ));
+            }
+            let top: Vec<Pending<'_>> = plan
+                .abstract_inputs
+                .iter()
+                .filter_map(|&r| take(r, &mut groups, &mut reductions))
+                .collect();
+            let summaries = join_all(top).await;
             if let Some(abs) = run.abstract_node(summaries).await? {
                 run.metadata(&abs).await?;
             }
@@ -172,6 +226,9 @@ impl Builder<'_> {
             over_budget: load(&run.over_budget),
             unfaithful: load(&run.unfaithful),
             model_errors: load(&run.model_errors),
+            max_request_tokens: load(&run.max_request),
+            over_context: load(&run.over_context),
+            identical_retries: load(&run.identical_retries),
             fallback_retried: load(&run.retried),
             fallback_nodes: marks.len() as u64,
             fallback_awaiting_model: marks.values().filter(|m| m.is_retried()).count() as u64,
@@ -277,10 +334,35 @@ impl Run<'_> {
         req: CompressRequest,
     ) -> Result<(String, Option<FallbackMark>), String> {
         let trusted = self.b.model.trusted();
-        let req = Arc::new(req);
+        let mut req = Arc::new(req);
         let mut last = String::new();
         let mut mark = FallbackMark::Refused;
-        for _ in 0..=self.b.cfg.build.retries {
+        // The requests whose outputs were rejected: a retry must differ from each.
+        let mut rejected: Vec<Arc<CompressRequest>> = Vec::new();
+        for attempt in 0..=self.b.cfg.build.retries {
+            if let Some(prompt) = self.b.model.prompt(&req) {
+                // Measured in real tokens, on rayon (it tokenises every input).
+                let tokens = crate::model::spawn_cpu(move || {
+                    prompts::prompt_tokens(&prompt) + prompt.max_tokens as usize
+                })
+                .await
+                .map_err(|e| format!("measuring the prompt: {e}"))?;
+                self.max_request.fetch_max(tokens as u64, Ordering::Relaxed);
+                let context = self.b.cfg.model.context_tokens;
+                if tokens > context {
+                    self.over_context.fetch_add(1, Ordering::Relaxed);
+                    if attempt == 0 {
+                        mark = FallbackMark::OverContext;
+                    }
+                    last = format!(
+                        "a prompt of {tokens} tokens with its reply would exceed model.context_tokens ({context}): not sent"
+                    );
+                    break;
+                }
+            }
+            if rejected.iter().any(|r| **r == *req) {
+                self.identical_retries.fetch_add(1, Ordering::Relaxed);
+            }
             let out = {
                 // Higher levels first: they are on the critical path of the DAG.
                 let _place = match self.hold {
@@ -329,9 +411,19 @@ impl Run<'_> {
                 mark = why;
             }
             last = rejection.to_string();
+            // A rejected output is not asked for again with the same request (at
+            // temperature 0 it would come back): the retry says what was wrong. A request
+            // the model did not answer is sent again as it was.
+            if let Some(note) = rejection.feedback(attempt + 2) {
+                rejected.push(req.clone());
+                let mut next = (*req).clone();
+                next.feedback = Some(note);
+                req = Arc::new(next);
+            }
         }
         let mark = self.marking.then_some(mark);
-        let req = Arc::unwrap_or_clone(req);
+        let mut req = Arc::unwrap_or_clone(req);
+        req.feedback = None;
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(error = %last, "model output replaced by the fallback compressor");
         match self.b.fallback.compress(req.clone()).await {

@@ -4,8 +4,9 @@
 use super::Run;
 use crate::error::Result;
 use crate::level::Level;
-use crate::model::{CompressRequest, Passage, offline};
+use crate::model::{CompressRequest, Inputs, Passage, offline};
 use crate::node::{Meta, Node, NodeId, Span, merge_spans};
+use crate::plan::Reduced;
 use crate::token;
 use futures::future::{join, join_all};
 use std::sync::atomic::Ordering;
@@ -127,6 +128,8 @@ impl Run<'_> {
                     },
                 }],
                 target_tokens: target.max(1),
+                inputs: Default::default(),
+                feedback: None,
             };
             match self.compress(req).await {
                 Ok((text, mark)) => Ok(Some(
@@ -180,6 +183,8 @@ impl Run<'_> {
             level: Level::Summary,
             passages,
             target_tokens: target.max(1),
+            inputs: Default::default(),
+            feedback: None,
         };
         match self.compress(req).await {
             Ok((text, mark)) => {
@@ -202,78 +207,137 @@ impl Run<'_> {
         }
     }
 
-    pub(super) async fn abstract_node(
-        &self,
-        summaries: Vec<Option<NodeId>>,
-    ) -> Result<Option<Node>> {
+    /// An intermediate SUMMARY of the reduction (`plan.reductions[ri]`) over its inputs'
+    /// nodes (`None` where an input failed).
+    pub(super) async fn reduction(&self, ri: usize, inputs: Vec<Option<NodeId>>) -> Option<NodeId> {
         let plan = self.b.plan;
-        if let Some(n) = self.cached(&plan.abstract_id)? {
+        let r = &plan.reductions[ri];
+        let what = format!("{} ({}) summary", plan.scope, r.label);
+        let made = self
+            .reduce_step(
+                r.id,
+                Level::Summary,
+                &r.inputs,
+                inputs,
+                r.target_tokens,
+                &what,
+            )
+            .await;
+        match made {
+            Ok(n) => n.map(|n| n.id),
+            Err(e) => {
+                self.fail(r.id, Level::Summary, what, e.to_string());
+                None
+            }
+        }
+    }
+
+    pub(super) async fn abstract_node(&self, inputs: Vec<Option<NodeId>>) -> Result<Option<Node>> {
+        let plan = self.b.plan;
+        let what = format!("{} abstract", plan.scope);
+        self.reduce_step(
+            plan.abstract_id,
+            Level::Abstract,
+            &plan.abstract_inputs,
+            inputs,
+            plan.abstract_target,
+            &what,
+        )
+        .await
+    }
+
+    /// A node made from the summaries `ids` of the reduction's inputs `of`: an
+    /// intermediate SUMMARY or the ABSTRACT.
+    async fn reduce_step(
+        &self,
+        id: NodeId,
+        level: Level,
+        of: &[Reduced],
+        ids: Vec<Option<NodeId>>,
+        target: usize,
+        what: &str,
+    ) -> Result<Option<Node>> {
+        if let Some(n) = self.cached(&id)? {
             return Ok(Some(n));
         }
-        if summaries.iter().any(Option::is_none) || summaries.is_empty() {
-            self.fail(
-                plan.abstract_id,
-                Level::Abstract,
-                format!("{} abstract", plan.scope),
-                "an input node failed".into(),
-            );
+        if ids.iter().any(Option::is_none) || ids.is_empty() || ids.len() != of.len() {
+            self.fail(id, level, what.to_string(), "an input node failed".into());
             return Ok(None);
         }
-        let mut sums: Vec<Node> = Vec::with_capacity(summaries.len());
-        for id in summaries.into_iter().flatten() {
-            sums.push(self.b.store.get_node(&id)?.ok_or_else(|| {
-                crate::Error::DataCorruption(format!("SUMMARY {id} vanished during the build"))
+        let mut inputs: Vec<Node> = Vec::with_capacity(ids.len());
+        for i in ids.into_iter().flatten() {
+            inputs.push(self.b.store.get_node(&i)?.ok_or_else(|| {
+                crate::Error::DataCorruption(format!("SUMMARY {i} vanished during the build"))
             })?);
         }
-        let passages = plan
-            .groups
-            .iter()
-            .zip(&sums)
-            .map(|(g, s)| Passage {
-                text: s.text.clone(),
-                label: Some(g.label.clone()),
-            })
-            .collect();
-        let lv = &self.b.cfg.levels;
-        let target = ((plan.full_tokens as f64 * lv.abstract_ratio).ceil() as usize)
-            .min(lv.abstract_max_tokens)
-            .max(1);
         let req = CompressRequest {
-            level: Level::Abstract,
-            passages,
-            target_tokens: target,
+            level,
+            passages: self.reduce_passages(of, &inputs),
+            target_tokens: target.max(1),
+            inputs: Inputs::Summaries,
+            feedback: None,
         };
         match self.compress(req).await {
             Ok((text, mark)) => {
-                let meta = merge_meta(sums.iter().map(|s| &s.meta));
-                let spans = merge_spans(sums.iter().flat_map(|s| s.citations.iter().cloned()));
-                let children: Vec<NodeId> = sums.iter().map(|s| s.id).collect();
+                let meta = merge_meta(inputs.iter().map(|s| &s.meta));
+                let spans = merge_spans(inputs.iter().flat_map(|s| s.citations.iter().cloned()));
+                let children: Vec<NodeId> = inputs.iter().map(|s| s.id).collect();
                 let mark = self.mark_over(mark, &children);
-                Ok(Some(
-                    self.save(
-                        self.derived(
-                            plan.abstract_id,
-                            Level::Abstract,
-                            text,
-                            children,
-                            spans,
-                            meta,
-                        )
-                        .await?,
-                        mark,
-                    )?,
-                ))
+                Ok(Some(self.save(
+                    self.derived(id, level, text, children, spans, meta).await?,
+                    mark,
+                )?))
             }
             Err(e) => {
-                self.fail(
-                    plan.abstract_id,
-                    Level::Abstract,
-                    format!("{} abstract", plan.scope),
-                    e,
-                );
+                self.fail(id, level, what.to_string(), e);
                 Ok(None)
             }
         }
+    }
+
+    /// The passages of a reduction step: each input's text under its label (`Round 12`,
+    /// `Rounds 3–17`). The offline compressor prints labels into its output, one line per
+    /// group it kept (`Round 12: ...`), so an intermediate SUMMARY it made is split back
+    /// into those lines, each under its group's label: its ABSTRACT reads like one made
+    /// straight from the groups' SUMMARYs.
+    fn reduce_passages(&self, of: &[Reduced], inputs: &[Node]) -> Vec<Passage> {
+        let plan = self.b.plan;
+        let trusted = self.b.model.trusted();
+        let mut out: Vec<Passage> = Vec::new();
+        for (&r, n) in of.iter().zip(inputs) {
+            match r {
+                Reduced::Reduction(ri) if trusted => {
+                    let (a, b) = plan.reductions[ri].groups;
+                    let labels: Vec<String> = plan.groups[a..=b]
+                        .iter()
+                        .map(|g| format!("{}: ", g.label))
+                        .collect();
+                    for line in n.text.lines() {
+                        match labels.iter().find(|l| line.starts_with(l.as_str())) {
+                            Some(l) => out.push(Passage {
+                                text: line[l.len()..].to_string(),
+                                label: Some(l[..l.len() - 2].to_string()),
+                            }),
+                            None => match out.last_mut() {
+                                Some(p) => {
+                                    p.text.push('\n');
+                                    p.text.push_str(line);
+                                }
+                                None => out.push(Passage {
+                                    text: line.to_string(),
+                                    label: None,
+                                }),
+                            },
+                        }
+                    }
+                }
+                _ => out.push(Passage {
+                    text: n.text.clone(),
+                    label: Some(plan.reduced_label(r).to_string()),
+                }),
+            }
+        }
+        out
     }
 
     /// The text of each of `target`'s citations (a DETAILED or SUMMARY node), put together
@@ -329,7 +393,7 @@ impl Run<'_> {
     }
 
     /// METADATA of `target`: tags extracted from the FULL text beneath it; for the ABSTRACT,
-    /// the tags that recur across its SUMMARYs' METADATA (re-reading the whole scope for
+    /// the tags that recur across the groups' SUMMARYs' METADATA (re-reading the whole scope for
     /// one node would cost as much as the rest of the build).
     pub(super) async fn metadata(&self, target: &Node) -> Result<()> {
         let Some(&id) = self.b.plan.metadata.get(&target.id) else {
@@ -339,9 +403,11 @@ impl Run<'_> {
             return Ok(());
         }
         let tags = if target.level == Level::Abstract {
+            // Every group's tags (the ABSTRACT's inputs may be intermediate SUMMARYs,
+            // which have no METADATA).
             let mut children = Vec::new();
-            for c in &target.children {
-                let mid = self.b.plan.metadata.get(c).copied();
+            for g in &self.b.plan.groups {
+                let mid = self.b.plan.metadata.get(&g.summary).copied();
                 if let Some(n) = mid
                     .map(|m| self.b.store.get_live(&m, self.b.now))
                     .transpose()?

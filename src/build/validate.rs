@@ -1,5 +1,6 @@
 //! Model output is untrusted: what makes it usable, and why it was not.
 
+use crate::model::prompts::accepted_tokens;
 use crate::model::{CompressRequest, Passage};
 use crate::text;
 use crate::token;
@@ -28,6 +29,31 @@ impl std::fmt::Display for Rejection {
     }
 }
 
+impl Rejection {
+    /// What a retry after this rejection tells the model (its attempt `n`, from 2), so the
+    /// retry is a different request from the one that got the rejected output; `None`
+    /// when the model gave no output to reject (it did not answer: the request is sent
+    /// again as it was).
+    pub(super) fn feedback(&self, n: u32) -> Option<String> {
+        let (what, advice) = match self {
+            Rejection::Empty => (
+                "it was empty".to_string(),
+                "Reply with the compressed text itself.",
+            ),
+            Rejection::OverBudget(m) => (
+                format!("it was too long: {m}"),
+                "Write a much shorter reply, well within the word limit, keeping the key facts.",
+            ),
+            Rejection::Unfaithful(m) => (
+                format!("it stated facts {m}"),
+                "Use only numbers, dates and names the passages state, copied exactly.",
+            ),
+            Rejection::Unavailable(_) | Rejection::Failed(_) => return None,
+        };
+        Some(format!("(this is attempt {n}) {what}. {advice}"))
+    }
+}
+
 /// Model output is untrusted: it must be non-empty text within reach of its budget, and
 /// every number, date and name in it must occur in its inputs. A `trusted` compressor
 /// (the offline one, which may keep one whole sentence over budget rather than cut it,
@@ -41,11 +67,12 @@ pub(super) fn validate(text: &str, req: &CompressRequest, trusted: bool) -> Resu
         return Ok(());
     }
     let t = token::count(text);
-    let limit = req.target_tokens + req.target_tokens / 2 + 16;
+    let limit = accepted_tokens(req.target_tokens);
     if t > limit {
         return Err(Rejection::OverBudget(format!(
-            "output of {t} tokens is over the budget of {}",
-            req.target_tokens
+            "output of {t} tokens is over the budget of {} by {} tokens (at most {limit} accepted)",
+            req.target_tokens,
+            t - req.target_tokens
         )));
     }
     let unsupported = unsupported_facts(text, &req.passages);
@@ -138,6 +165,8 @@ mod tests {
                 })
                 .collect(),
             target_tokens: target,
+            inputs: Default::default(),
+            feedback: None,
         }
     }
 

@@ -75,6 +75,15 @@ impl Config {
                 return Err(Error::Config(format!("{name} must be in (0, 1], got {r}")));
             }
         }
+        // A DETAILED prompt holds one chunk and asks for up to 0.75× it back, plus the
+        // instructions; the reduction above SUMMARY needs room for a few inputs.
+        let least = 2 * self.chunk.tokens + 600;
+        if self.model.context_tokens < least {
+            return Err(Error::Config(format!(
+                "model.context_tokens ({}) is too small for chunk.tokens ({}): it must be at least {least} (2 × chunk.tokens + 600)",
+                self.model.context_tokens, self.chunk.tokens
+            )));
+        }
         if self.store.pool_size < 2 {
             return bad("store.pool_size must be at least 2");
         }
@@ -319,6 +328,19 @@ mod tests {
             let e = load_err(file, &env);
             assert!(e.starts_with(expect), "expected {expect:?}, got {e:?}");
         }
+    }
+
+    #[test]
+    fn a_context_too_small_for_a_chunk_is_refused() {
+        let mut c = Config::default();
+        c.model.context_tokens = 1000;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("model.context_tokens (1000) is too small for chunk.tokens (400)"),
+            "{e}"
+        );
+        c.chunk.tokens = 200;
+        c.validate().unwrap();
     }
 
     #[test]

@@ -309,6 +309,10 @@ pub struct ModelConfig {
     pub backoff_ms: u64,
     /// Longest retry delay, and longest `Retry-After` honoured, in milliseconds.
     pub backoff_max_ms: u64,
+    /// The sub-model's context, in tokens: no compression prompt plus its reply budget may
+    /// exceed it. Above SUMMARY the build reduces in steps whose fan-in is chosen so that
+    /// every prompt fits (and groups too large for one prompt are split).
+    pub context_tokens: usize,
     /// Requests per minute across all model calls; 0 = unlimited.
     pub rpm: u64,
     /// Tokens per minute across all model calls; 0 = unlimited.
@@ -334,6 +338,7 @@ impl Default for ModelConfig {
             retries: 4,
             backoff_ms: 500,
             backoff_max_ms: 30_000,
+            context_tokens: 16_000,
             rpm: 0,
             tpm: 0,
             temperature: 0.0,

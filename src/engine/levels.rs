@@ -124,7 +124,7 @@ impl Engine {
                 pending_sources: 0,
             }));
         }
-        let Some(snap) = self.store.get_view::<Plan>(scope)? else {
+        let Some(snap) = self.last_view(scope)? else {
             return Ok(None);
         };
         if snap.compressor != current.compressor || !self.is_complete(&snap, now)? {
@@ -145,6 +145,19 @@ impl Engine {
             stale,
             pending_sources,
         }))
+    }
+
+    /// The last complete view of `scope`. Views are derived data: one this strata cannot
+    /// decode (written by an older one, whose plan had other fields) is ignored as if
+    /// there were none, and replaced at the next complete build.
+    pub(crate) fn last_view(&self, scope: &str) -> Result<Option<Plan>> {
+        match self.store.get_view::<Plan>(scope) {
+            Err(crate::Error::DataCorruption(e)) => {
+                tracing::warn!(scope, error = %e, "ignoring a view that does not decode");
+                Ok(None)
+            }
+            r => r,
+        }
     }
 
     fn is_complete(&self, plan: &Plan, now: u64) -> Result<bool> {

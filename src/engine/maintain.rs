@@ -3,7 +3,6 @@
 use super::Engine;
 use crate::error::Result;
 use crate::node::NodeId;
-use crate::plan::Plan;
 use crate::store::ScopeKind;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -112,7 +111,7 @@ impl Engine {
             let plan = self.plan_of(&rec)?;
             reachable.extend(plan.all_ids());
             // The last complete view is still being served while a build runs.
-            if let Some(view) = self.store.get_view::<Plan>(&rec.name)? {
+            if let Some(view) = self.last_view(&rec.name)? {
                 reachable.extend(view.all_ids());
             }
         }

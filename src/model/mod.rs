@@ -36,11 +36,41 @@ pub struct Passage {
 }
 
 /// Compress `passages` into about `target_tokens` tokens for `level`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CompressRequest {
     pub level: Level,
     pub passages: Vec<Passage>,
     pub target_tokens: usize,
+    /// What the passages are: text (a chunk, a group's chunks) or summaries of
+    /// consecutive parts (an intermediate SUMMARY of a longer span, the ABSTRACT).
+    pub inputs: Inputs,
+    /// On a retry: what was wrong with the output the model gave to this request (over
+    /// budget by N tokens, facts not in the input...). A retry at temperature 0 without it
+    /// would get the same output back.
+    pub feedback: Option<String>,
+}
+
+impl CompressRequest {
+    /// A first request (no feedback) over text.
+    pub fn new(level: Level, passages: Vec<Passage>, target_tokens: usize) -> CompressRequest {
+        CompressRequest {
+            level,
+            passages,
+            target_tokens,
+            inputs: Inputs::Text,
+            feedback: None,
+        }
+    }
+}
+
+/// What a compression's passages are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Inputs {
+    /// Source text, or the DETAILED nodes of one group.
+    #[default]
+    Text,
+    /// Summaries of consecutive parts, in order (levels above a group's SUMMARY).
+    Summaries,
 }
 
 /// A model that can compress text. Implementations must be cheap to share (`Arc`).
@@ -64,6 +94,14 @@ pub trait SubModel: Send + Sync {
     /// not, so every model's calls share one limit (`build.concurrency`).
     fn self_limited(&self) -> bool {
         false
+    }
+
+    /// The prompt `req` becomes ([`prompts::compress`] for a chat model); `None` for a
+    /// compressor that is sent no prompt (the offline one). The build measures every
+    /// prompt in real tokens, its reply budget included, before sending it, and sends none
+    /// over `model.context_tokens`.
+    fn prompt(&self, req: &CompressRequest) -> Option<ChatRequest> {
+        Some(prompts::compress(req))
     }
 }
 

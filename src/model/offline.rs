@@ -25,6 +25,10 @@ impl SubModel for Offline {
         true
     }
 
+    fn prompt(&self, _req: &CompressRequest) -> Option<super::ChatRequest> {
+        None
+    }
+
     fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
         Box::pin(async move {
             spawn_cpu(move || compress(&req))
@@ -357,6 +361,8 @@ mod tests {
                 label: None,
             }],
             target_tokens: target,
+            inputs: Default::default(),
+            feedback: None,
         }
     }
 

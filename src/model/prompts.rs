@@ -9,12 +9,71 @@
 //! METADATA is not made by a model: tags come from the offline tagger
 //! (`plan::TAGS_VERSION`), so routing never depends on a model's JSON.
 
-use super::{ChatRequest, CompressRequest};
+use super::{ChatRequest, CompressRequest, Inputs};
 use crate::level::Level;
+use crate::token;
 use serde_json::json;
 
 /// Version of the compression prompts (part of every node id a chat model makes).
-pub const VERSION: &str = "prompts-v1";
+pub const VERSION: &str = "prompts-v2";
+
+/// `max_tokens` of a compression prompt for `target` tokens: room to overshoot a little
+/// (the build rejects what is over budget, which beats a reply cut off mid-sentence).
+pub fn reply_tokens(target: usize) -> usize {
+    target + target / 2 + 32
+}
+
+/// The longest output the build accepts for `target` tokens; longer is over budget. A
+/// node's text is never longer than this unless the (trusted) offline compressor made it.
+pub fn accepted_tokens(target: usize) -> usize {
+    target + target / 2 + 16
+}
+
+/// Tokens a retry's note on the rejected output may take (it is cut to fit).
+pub const FEEDBACK_TOKENS: usize = 96;
+
+/// Chat framing per message (role, separators), counted generously.
+const MESSAGE_TOKENS: usize = 8;
+
+/// Tokens of a prompt as a chat model receives it (system and user message with their
+/// framing), the reply not included.
+pub fn prompt_tokens(p: &ChatRequest) -> usize {
+    token::count(&p.system) + token::count(&p.user) + 2 * MESSAGE_TOKENS
+}
+
+/// An upper bound of a compression prompt's tokens for `level` and `inputs` besides its
+/// passages (see [`passage_tokens`]) and reply: the system prompt, the task, a retry's
+/// note and the framing. What the plan sizes its fan-in with (counted once a process).
+pub fn frame_tokens(level: Level, inputs: Inputs) -> usize {
+    static FRAMES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    let frames = FRAMES.get_or_init(|| {
+        let system = token::count(COMPRESS_SYSTEM);
+        Level::ALL
+            .into_iter()
+            .flat_map(|l| [(l, Inputs::Text), (l, Inputs::Summaries)])
+            .map(|(l, i)| {
+                let task = [true, false]
+                    .map(|debate| token::count(&task(l, i, 999_999, debate)))
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0);
+                system + task + FEEDBACK_TOKENS + 16 + 2 * MESSAGE_TOKENS
+            })
+            .collect()
+    });
+    let i = match inputs {
+        Inputs::Text => 0,
+        Inputs::Summaries => 1,
+    };
+    frames[level.as_u8() as usize * 2 + i]
+}
+
+/// An upper bound of the tokens one passage adds to a prompt besides its text: its tags
+/// and label. The label is bounded by its bytes (a token is at least one byte), so the
+/// plan tokenizes no label: it is loaded for every context window and query.
+pub fn passage_tokens(label: Option<&str>) -> usize {
+    label.map_or(0, str::len) + 12
+}
 
 /// Version of the navigation prompts.
 pub const NAV_VERSION: &str = "nav-v2";
@@ -27,16 +86,10 @@ each speaker's position, the evidence and numbers they cited, changes of positio
 agreement and dissent. Never attribute a claim to the wrong speaker.\n\
 - Reply with the compressed text only: no preamble, no title, no markdown, no bullet symbols.";
 
-/// The prompt for compressing `req` to its level's budget.
-pub fn compress(req: &CompressRequest) -> ChatRequest {
-    // English runs ~0.75 words per token; ask for a little less so the reply fits.
-    let words = ((req.target_tokens as f64) * 0.7).floor().max(5.0) as usize;
-    let debate = req
-        .passages
-        .iter()
-        .any(|p| p.label.as_deref().is_some_and(|l| !l.is_empty()));
-    let task = match req.level {
-        Level::Detailed | Level::Full => format!(
+/// The task line of a compression prompt, for a debate's passages or a document's.
+fn task(level: Level, inputs: Inputs, words: usize, debate: bool) -> String {
+    match (level, inputs) {
+        (Level::Detailed | Level::Full, _) => format!(
             "Rewrite the passage below in at most {words} words. Keep every fact: numbers, \
              dates, names, amounts, claims and the reasons given for them. Drop only \
              repetition and filler.{}",
@@ -46,7 +99,7 @@ pub fn compress(req: &CompressRequest) -> ChatRequest {
                 ""
             }
         ),
-        Level::Summary => format!(
+        (Level::Summary, Inputs::Text) => format!(
             "Summarise the passages below in at most {words} words.{}",
             if debate {
                 " For each speaker, in order: the position they took, the evidence and \
@@ -56,14 +109,42 @@ pub fn compress(req: &CompressRequest) -> ChatRequest {
                 " Give the main points and the key facts in their original order."
             }
         ),
-        Level::Abstract | Level::Metadata => format!(
+        (Level::Summary, Inputs::Summaries) => format!(
+            "The passages below summarise consecutive parts of one body of text, in order. \
+             Summarise this stretch as a whole in at most {words} words: the main positions \
+             or points and how they developed, the key numbers and dates, {}and any dissent \
+             that remains. Say which {} each point comes from.",
+            if debate {
+                "who proposed, objected to, decided or committed to what, "
+            } else {
+                ""
+            },
+            if debate { "rounds" } else { "parts" }
+        ),
+        (Level::Abstract | Level::Metadata, _) => format!(
             "The passages below summarise the parts of one body of text, in order. Write an \
              abstract of the whole in at most {words} words: what it is about, the main \
              positions or points and how they developed, the key numbers, the outcome, and \
              any dissent that remains."
         ),
-    };
-    let mut user = task;
+    }
+}
+
+/// The prompt for compressing `req` to its level's budget. A retry carries a note on
+/// what was wrong with the rejected output (`req.feedback`), so it is never the request
+/// that produced it.
+pub fn compress(req: &CompressRequest) -> ChatRequest {
+    // English runs ~0.75 words per token; ask for a little less so the reply fits.
+    let words = ((req.target_tokens as f64) * 0.7).floor().max(5.0) as usize;
+    let debate = req
+        .passages
+        .iter()
+        .any(|p| p.label.as_deref().is_some_and(|l| !l.is_empty()));
+    let mut user = task(req.level, req.inputs, words, debate);
+    if let Some(note) = &req.feedback {
+        user.push_str("\n\nYour previous reply was rejected: ");
+        user.push_str(&token::head(note, FEEDBACK_TOKENS - 16));
+    }
     user.push_str("\n\n");
     for p in &req.passages {
         match &p.label {
@@ -73,14 +154,11 @@ pub fn compress(req: &CompressRequest) -> ChatRequest {
         user.push_str(p.text.trim());
         user.push_str("\n</passage>\n");
     }
-    let t = req.target_tokens as u32;
     ChatRequest {
         system: COMPRESS_SYSTEM.to_string(),
         user,
         schema: None,
-        // Room to overshoot a little: the build rejects what is over budget, which beats
-        // a reply cut off mid-sentence.
-        max_tokens: t + t / 2 + 32,
+        max_tokens: reply_tokens(req.target_tokens) as u32,
     }
 }
 
@@ -216,6 +294,8 @@ mod tests {
                 },
             ],
             target_tokens: 40,
+            inputs: Default::default(),
+            feedback: None,
         };
         let p = compress(&req);
         assert!(p.user.contains("at most 28 words"), "{}", p.user);
@@ -232,7 +312,63 @@ mod tests {
                 label: None,
             }],
             target_tokens: 3,
+            inputs: Default::default(),
+            feedback: None,
         });
         assert!(doc.user.contains("at most 5 words") && !doc.user.contains("speaker's name"));
+    }
+
+    #[test]
+    fn a_retry_carries_its_note_and_the_frame_bounds_every_prompt() {
+        let long = "Why the audit matters. ".repeat(200);
+        for (level, inputs) in [
+            (Level::Detailed, Inputs::Text),
+            (Level::Summary, Inputs::Text),
+            (Level::Summary, Inputs::Summaries),
+            (Level::Abstract, Inputs::Summaries),
+        ] {
+            for label in [None, Some("Rounds 3\u{2013}17".to_string())] {
+                let mut req = CompressRequest::new(
+                    level,
+                    vec![Passage {
+                        text: "The bridge costs $61 million.".into(),
+                        label: label.clone(),
+                    }],
+                    120,
+                );
+                req.inputs = inputs;
+                let first = compress(&req);
+                req.feedback = Some(format!("(this is attempt 2) it was too long: {long}"));
+                let retry = compress(&req);
+                assert_ne!(first, retry);
+                assert!(
+                    retry
+                        .user
+                        .contains("Your previous reply was rejected: (this is attempt 2)")
+                );
+                // The frame covers the instructions, the (cut) note and the framing; the
+                // passage adds its text and tags.
+                let passage = token::count("The bridge costs $61 million.")
+                    + passage_tokens(label.as_deref());
+                assert!(
+                    prompt_tokens(&retry) <= frame_tokens(level, inputs) + passage,
+                    "{level:?} {inputs:?}: {} > {} + {passage}",
+                    prompt_tokens(&retry),
+                    frame_tokens(level, inputs)
+                );
+            }
+        }
+        let reduce = compress(&CompressRequest {
+            inputs: Inputs::Summaries,
+            ..CompressRequest::new(
+                Level::Summary,
+                vec![Passage {
+                    text: "x".into(),
+                    label: Some("Rounds 1\u{2013}9".into()),
+                }],
+                50,
+            )
+        });
+        assert!(reduce.user.contains("consecutive parts") && reduce.user.contains("rounds"));
     }
 }

@@ -17,6 +17,7 @@ mod openai;
 mod pipeline;
 mod postgres;
 mod props;
+mod reduce;
 mod replicas;
 mod server;
 mod support;

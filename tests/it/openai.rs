@@ -357,6 +357,8 @@ fn offline_detailed(e: &Engine, c: &strata::plan::PlannedChunk) -> String {
             label: plan.chunk_label(ci),
         }],
         target_tokens: target.max(1),
+        inputs: Default::default(),
+        feedback: None,
     })
 }
 
@@ -1599,6 +1601,11 @@ fn real_model_end_to_end() {
     c.model.timeout_ms = 180_000;
     c.model.retries = 1;
     c.build.concurrency = 1;
+    // The context scripts/local-llm.sh starts the server with.
+    c.model.context_tokens = std::env::var("STRATA_LLM_CTX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8192);
     // A 0.5B model wanders: give it room to reach the FULL text before it must finish.
     c.query.max_iterations = 8;
     let e = engine(c, dir.path());
@@ -1606,6 +1613,13 @@ fn real_model_end_to_end() {
     let r = build(&rt, &e);
     let build_s = t0.elapsed().as_secs_f64();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
+    // Every request fit the server's context, and no rejected output was asked for again
+    // with the same request.
+    assert!(
+        r.max_request_tokens as usize <= e.config().model.context_tokens,
+        "{r:?}"
+    );
+    assert_eq!((r.over_context, r.identical_retries), (0, 0), "{r:?}");
     check_tree(&e, "d");
     let plan = e.plan("d").unwrap();
     assert_eq!(r.nodes_built, plan.n_derived());
