@@ -72,6 +72,12 @@ pub(super) fn retrieve(
     let keep = cfg.top_chunks * widen;
     let mut read_cap = keep;
     let found = match (cfg.strategy, cfg.start_level) {
+        // A set answer may lie anywhere: gather across the whole scope, whatever the
+        // strategy.
+        _ if super::wants_set(ex, question) => {
+            read_cap = 3 * cfg.max_set_citations;
+            gather(ex, question, read_cap)?
+        }
         (_, Level::Full) => flat(ex, question, &[Level::Full], keep)?,
         (Strategy::Summarize, Level::Detailed) => flat(ex, question, &[Level::Detailed], keep)?,
         (Strategy::Grep, _) | (_, Level::Detailed) => {
@@ -181,6 +187,44 @@ fn flat(ex: &mut Explorer<'_>, question: &Question, levels: &[Level], keep: usiz
         score.into_iter().collect(),
         keep,
         "one flat search over every chunk picked chunks",
+    );
+    Ok(true)
+}
+
+/// A set question: every chunk of the scope competes, found by one flat search over every
+/// DETAILED and FULL node with the question and, when it asks about a dialogue act, a
+/// second one with the act's cue phrases added (a turn that withdraws a figure answers
+/// "who changed position" without either word), each chunk scored by its best hit; the
+/// best `keep` are read. Which of them support the question is decided on their sentences.
+fn gather(ex: &mut Explorer<'_>, question: &Question, keep: usize) -> Result<bool> {
+    let levels = [Level::Detailed, Level::Full];
+    let limit = ex.cfg.max_nodes;
+    let mut hits = ex.grep(question, &levels, None, limit)?;
+    if let Some((act, _)) = question.act() {
+        let cues = crate::text::act_phrases(act).join(" ");
+        let expanded = ex.corpus.question(&format!("{} {cues}", question.text()));
+        // The second search's scores are on another scale: normalised to the first's best.
+        let best = hits.iter().map(|(_, s)| *s).fold(0.0f32, f32::max).max(1e-6);
+        let more = ex.grep(&expanded, &levels, None, limit)?;
+        let more_best = more.iter().map(|(_, s)| *s).fold(0.0f32, f32::max).max(1e-6);
+        hits.extend(more.into_iter().map(|(id, s)| (id, s / more_best * best)));
+    }
+    let mut score: HashMap<NodeId, f32> = HashMap::new();
+    for (id, s) in hits {
+        if let Some(full) = chunk_of(ex, &id) {
+            let e = score.entry(full).or_insert(0.0);
+            *e = e.max(s);
+        }
+    }
+    if score.is_empty() {
+        ex.history.push("no passage matches the question".into());
+        return Ok(false);
+    }
+    ex.working = all_chunks(ex).into_iter().map(|id| (id, 0.0)).collect();
+    ex.narrow_to(
+        score.into_iter().collect(),
+        keep,
+        "a set question: searched every chunk, kept the best to read",
     );
     Ok(true)
 }
