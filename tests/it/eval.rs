@@ -260,10 +260,13 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
 }
 
 /// Floors of the set questions, a little under what they score today (docs/EVAL.md).
-const AGGREGATE_RECALL: f64 = 0.7;
-const AGGREGATE_PRECISION: f64 = 0.5;
-const HANDWRITTEN_SET_RECALL: f64 = 0.0;
-const HANDWRITTEN_SET_PRECISION: f64 = 0.0;
+/// The aggregate instance scores 1.000 / 1.000 today.
+const AGGREGATE_RECALL: f64 = 0.9;
+const AGGREGATE_PRECISION: f64 = 0.9;
+/// The hand-written set questions score 0.458 / 0.611 today: lexical evidence misses
+/// turns whose subject is only in the context ("I vote yes." in the round of the vote).
+const HANDWRITTEN_SET_RECALL: f64 = 0.4;
+const HANDWRITTEN_SET_PRECISION: f64 = 0.5;
 
 /// The aggregate task on a small generated debate: questions whose answer is a set of
 /// turns ("which speakers objected to …", "list every deadline …") are answered with every
@@ -314,7 +317,10 @@ fn eval_aggregate_cites_every_supporting_turn() {
     let mut before = Config::default();
     before.query.max_set_citations = 0;
     let old = run(&before);
-    let (old_recall, _) = old.citation_scores("aggregate").unwrap();
+    let (old_recall, old_precision) = old.citation_scores("aggregate").unwrap();
+    eprintln!(
+        "aggregate: recall {recall:.3}, precision {precision:.3}; set answers off: {old_recall:.3}, {old_precision:.3}"
+    );
     assert!(
         recall >= old_recall + 0.2,
         "set answers raise recall: {old_recall:.3} -> {recall:.3}"
