@@ -15,9 +15,9 @@ use crate::index::{Analysed, Grep, Index, NAME_BOOST};
 use crate::level::Level;
 use crate::model::Embedder;
 use crate::node::{Node, NodeId};
-use crate::text::Act;
 use crate::plan::Plan;
 use crate::store::Store;
+use crate::text::Act;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 

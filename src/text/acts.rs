@@ -137,14 +137,34 @@ pub(crate) fn act_phrases(act: Act) -> Vec<&'static str> {
 /// Words of a question that name an act (prefixes of lower-case words). A change of
 /// position needs both a form of "change" and what changed ("position", "mind", ...).
 const ASKED: &[(&[&str], Act)] = &[
-    (&["reversed", "reconsider", "withdrew", "switched", "u-turn"], Act::Change),
+    (
+        &["reversed", "reconsider", "withdrew", "switched", "u-turn"],
+        Act::Change,
+    ),
     (&["deadline", "commit", "promis", "pledg"], Act::Commit),
     (
-        &["vote", "voting", "motion", "decid", "decision", "adopt", "carried", "resolution"],
+        &[
+            "vote",
+            "voting",
+            "motion",
+            "decid",
+            "decision",
+            "adopt",
+            "carried",
+            "resolution",
+        ],
         Act::Decide,
     ),
-    (&["object", "oppos", "disagre", "reject", "dissent"], Act::Object),
-    (&["support", "agree", "endors", "backed", "backing", "seconded"], Act::Support),
+    (
+        &["object", "oppos", "disagre", "reject", "dissent"],
+        Act::Object,
+    ),
+    (
+        &[
+            "support", "agree", "endors", "backed", "backing", "seconded",
+        ],
+        Act::Support,
+    ),
     (&["propos", "suggest", "moved", "recommend"], Act::Propose),
 ];
 const CHANGED: &[&str] = &["position", "mind", "view", "stance", "heart"];
@@ -180,7 +200,15 @@ pub(crate) fn asked_act(question: &str) -> Option<(Act, Vec<String>)> {
 }
 
 /// Words that make a question ask for a set of answers rather than one.
-const SET_WORDS: &[&str] = &["list", "every", "all", "each", "enumerate", "everyone", "everybody"];
+const SET_WORDS: &[&str] = &[
+    "list",
+    "every",
+    "all",
+    "each",
+    "enumerate",
+    "everyone",
+    "everybody",
+];
 /// After "who": the question spans the debate ("who objected *during* the debate").
 const SPAN_WORDS: &[&str] = &["during", "throughout", "ever", "whenever"];
 /// Words that end in "s" without being plural nouns.
@@ -190,7 +218,13 @@ const NOT_PLURAL: &[&str] = &[
 ];
 /// "First", "last": one item, not a set.
 const ORDINAL: &[&str] = &[
-    "first", "earliest", "initially", "originally", "last", "latest", "finally",
+    "first",
+    "earliest",
+    "initially",
+    "originally",
+    "last",
+    "latest",
+    "finally",
 ];
 
 /// Whether a question asks for a set ("which speakers", "list every deadline", "who ...
@@ -210,10 +244,9 @@ pub(crate) fn asks_for_set(question: &str) -> bool {
     let how_many =
         ws.windows(2).any(|p| p[0] == "how" && p[1] == "many") && asked_act(question).is_some();
     let outright = how_many
-        || ws
-            .iter()
-            .enumerate()
-            .any(|(i, w)| SET_WORDS.contains(&w.as_str()) && !(w == "all" && i > 0 && ws[i - 1] == "at"));
+        || ws.iter().enumerate().any(|(i, w)| {
+            SET_WORDS.contains(&w.as_str()) && !(w == "all" && i > 0 && ws[i - 1] == "at")
+        });
     if outright {
         return true;
     }
@@ -228,8 +261,7 @@ pub(crate) fn asks_for_set(question: &str) -> bool {
             && !NOT_PLURAL.contains(&w)
     };
     let plural_after_wh = ws.iter().enumerate().any(|(i, w)| {
-        (w == "which" || w == "what")
-            && ws[i + 1..].iter().take(2).any(|x| plural(x))
+        (w == "which" || w == "what") && ws[i + 1..].iter().take(2).any(|x| plural(x))
     });
     let who_over_time = has("who") && SPAN_WORDS.iter().any(|w| has(w));
     plural_after_wh || who_over_time
@@ -369,17 +401,37 @@ mod tests {
     #[test]
     fn the_first_act_word_of_a_question_names_its_act() {
         let act = |q: &str| asked_act(q).map(|(a, _)| a);
-        assert_eq!(act("Who changed their mind about the vote?"), Some(Act::Change));
-        assert_eq!(act("List every deadline the committee agreed to"), Some(Act::Commit));
-        assert_eq!(act("Which amendments were moved before the formal vote?"), Some(Act::Propose));
-        assert_eq!(act("Which speakers objected to the proposal?"), Some(Act::Object));
-        assert_eq!(act("How many votes were held on the levy?"), Some(Act::Decide));
+        assert_eq!(
+            act("Who changed their mind about the vote?"),
+            Some(Act::Change)
+        );
+        assert_eq!(
+            act("List every deadline the committee agreed to"),
+            Some(Act::Commit)
+        );
+        assert_eq!(
+            act("Which amendments were moved before the formal vote?"),
+            Some(Act::Propose)
+        );
+        assert_eq!(
+            act("Which speakers objected to the proposal?"),
+            Some(Act::Object)
+        );
+        assert_eq!(
+            act("How many votes were held on the levy?"),
+            Some(Act::Decide)
+        );
         assert_eq!(act("What share of households own a car?"), None);
         assert_eq!(
-            asked_act("Who changed position during the debate?").unwrap().1,
+            asked_act("Who changed position during the debate?")
+                .unwrap()
+                .1,
             vec!["changed".to_string(), "position".to_string()]
         );
-        assert_eq!(acts_of("I object to the levy, because it is unfair."), vec![Act::Object]);
+        assert_eq!(
+            acts_of("I object to the levy, because it is unfair."),
+            vec![Act::Object]
+        );
         assert!(acts_of("I object to how cold it is in the room this morning.").is_empty());
         assert_eq!(
             acts_of("I have changed my position on the levy: I now propose 9 million."),

@@ -295,7 +295,10 @@ fn eval_aggregate_cites_every_supporting_turn() {
         .filter(|q| q.task == "aggregate")
         .collect();
     assert!(qs.len() >= 12, "{} questions", qs.len());
-    assert!(qs.iter().any(|q| q.gold.len() >= 4), "some gold sets are large");
+    assert!(
+        qs.iter().any(|q| q.gold.len() >= 4),
+        "some gold sets are large"
+    );
     for q in &qs {
         eprintln!(
             "{:.2} {:.2} {} cited {} of gold {}",

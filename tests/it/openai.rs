@@ -1283,7 +1283,9 @@ fn a_set_question_fans_its_candidates_out_to_the_helper() {
     let r = query(&rt, &e, q);
     assert!(
         !r.citations.is_empty()
-            && r.citations.iter().all(|c| c.quote.contains("operating cost")),
+            && r.citations
+                .iter()
+                .all(|c| c.quote.contains("operating cost")),
         "{r:#?}"
     );
     assert_eq!(r.citations[0].speaker.as_deref(), Some("bob"));

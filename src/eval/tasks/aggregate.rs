@@ -86,7 +86,10 @@ pub fn aggregate_debate(
             objectors.push(s);
             let reason = REASONS.choose(rng).expect("reasons");
             let sentences = [
-                format!("I object to {}'s plan for the {topic}, because {reason}.", who[x]),
+                format!(
+                    "I object to {}'s plan for the {topic}, because {reason}.",
+                    who[x]
+                ),
                 format!(
                     "I must formally object to the {topic} as {} proposed it: {reason}.",
                     who[x]

@@ -70,10 +70,9 @@ impl Nav<'_, '_> {
             let base = k * SET_BATCH;
             let range = base..base + batch.len();
             let parsed = match reply {
-                Ok(r) => parse_support(&r.text, batch.len()).map_err(|e| {
+                Ok(r) => parse_support(&r.text, batch.len()).inspect_err(|_| {
                     invalid += 1;
                     usage::note(Outcome::Invalid);
-                    e
                 }),
                 Err(e) => {
                     failed += 1;
