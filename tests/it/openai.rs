@@ -1256,11 +1256,8 @@ fn a_set_question_fans_its_candidates_out_to_the_helper() {
     let (mock, url) = serve(&rt);
     let dir = tempfile::tempdir().unwrap();
     let q = "Which speakers mentioned the $61 million operating cost?";
-    let offline_answer = {
-        let mut c = cfg(&url);
-        c.model = Default::default();
-        query(&rt, &engine(c, dir.path()), q)
-    };
+    // The offline navigator over the same (mock-compressed) tree.
+    let offline_answer = query(&rt, &engine(cfg(&url), dir.path()), q);
     assert!(!offline_answer.citations.is_empty());
     // The helper answers: the passages that name the operating cost.
     mock.set(|c| match c.kind {
