@@ -156,6 +156,13 @@ pub struct EvalArgs {
     pub debate_speakers: usize,
     #[arg(long, default_value_t = 12)]
     pub debate_topics: usize,
+    /// Rounds of the aggregate debate, whose questions ask for sets of turns (0 = skip).
+    #[arg(long, default_value_t = 300)]
+    pub aggregate_rounds: usize,
+    #[arg(long, default_value_t = 5)]
+    pub aggregate_speakers: usize,
+    #[arg(long, default_value_t = 8)]
+    pub aggregate_topics: usize,
     /// Tokens of text for the per-level fidelity task (0 = skip).
     #[arg(long, default_value = "100k")]
     pub fidelity_tokens: String,
@@ -185,7 +192,9 @@ pub struct EvalArgs {
     #[arg(long)]
     pub keep: bool,
     /// Fail (exit 1) when a task's accuracy over all sizes is below a floor:
-    /// TASK=MIN, e.g. single_needle=0.95 or debate=0.9; repeatable.
+    /// TASK=MIN, e.g. single_needle=0.95 or debate=0.9; TASK_recall=MIN and
+    /// TASK_precision=MIN for mean citation recall / precision, e.g. aggregate_recall=0.7;
+    /// repeatable.
     #[arg(long, value_name = "TASK=MIN")]
     pub floor: Vec<String>,
 }

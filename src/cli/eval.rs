@@ -56,6 +56,9 @@ pub fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
         debate_rounds: a.debate_rounds,
         debate_speakers: a.debate_speakers,
         debate_topics: a.debate_topics,
+        aggregate_rounds: a.aggregate_rounds,
+        aggregate_speakers: a.aggregate_speakers,
+        aggregate_topics: a.aggregate_topics,
         fidelity_tokens,
         retention_rounds: a.retention_rounds,
         retention_speakers: a.retention_speakers,
@@ -118,14 +121,9 @@ pub fn eval(a: EvalArgs, cfg: Config, json: bool) -> Result<()> {
     }
     let mut failed = Vec::new();
     for (task, min) in floors {
-        let got = if task == "debate" {
-            report.debate_accuracy()
-        } else {
-            report.accuracy(&task)
-        };
-        match got {
+        match report.floor_score(&task) {
             Some(a) if a >= min => {}
-            Some(a) => failed.push(format!("{task}: accuracy {a:.3} < floor {min}")),
+            Some(a) => failed.push(format!("{task}: {a:.3} < floor {min}")),
             None => failed.push(format!("{task}: no questions of this task were run")),
         }
     }

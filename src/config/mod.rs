@@ -169,6 +169,11 @@ pub struct QueryConfig {
     pub top_chunks: usize,
     /// Sentences cited in an offline answer, at most.
     pub max_citations: usize,
+    /// Passages cited in the answer to a question that asks for a set ("which speakers
+    /// objected", "list every deadline", "how many votes"), at most: each supporting turn
+    /// or passage found is cited, not `max_citations`. 0 answers them like any other
+    /// question.
+    pub max_set_citations: usize,
     /// Confidence at or above which an answer is `ready`.
     pub ready_threshold: f64,
     /// Where navigation starts: `abstract` (read the overview first), `metadata` or
@@ -273,6 +278,7 @@ impl Default for QueryConfig {
             top_groups: 4,
             top_chunks: 6,
             max_citations: 3,
+            max_set_citations: 20,
             ready_threshold: 0.5,
             start_level: crate::level::Level::Abstract,
             strategy: Strategy::Auto,

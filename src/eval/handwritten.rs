@@ -32,6 +32,10 @@ struct HandQuestion {
     gold: Vec<HandGold>,
     #[serde(default)]
     first_only: bool,
+    /// A question whose answer is a set of turns or passages: reported apart, as
+    /// `handwritten_set`, on citation recall and precision.
+    #[serde(default)]
+    set: bool,
 }
 
 #[derive(serde::Deserialize)]
@@ -101,7 +105,11 @@ pub fn handwritten(path: &Path) -> Result<Vec<Instance>> {
                 });
             }
             questions.push(Question {
-                task: "handwritten",
+                task: if q.set {
+                    "handwritten_set"
+                } else {
+                    "handwritten"
+                },
                 question: q.question.clone(),
                 answers: q.expected.clone(),
                 gold,

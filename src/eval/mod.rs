@@ -51,6 +51,11 @@ pub struct Options {
     pub debate_rounds: usize,
     pub debate_speakers: usize,
     pub debate_topics: usize,
+    /// Rounds of the aggregate debate, whose questions ask for sets of turns (0 = no
+    /// aggregate task).
+    pub aggregate_rounds: usize,
+    pub aggregate_speakers: usize,
+    pub aggregate_topics: usize,
     /// Tokens of text for the fidelity task (0 = no fidelity task).
     pub fidelity_tokens: usize,
     /// Rounds of the context-retention debate (0 = no retention task).
@@ -84,6 +89,9 @@ impl Default for Options {
             debate_rounds: 200,
             debate_speakers: 5,
             debate_topics: 12,
+            aggregate_rounds: 300,
+            aggregate_speakers: 5,
+            aggregate_topics: 8,
             fidelity_tokens: 100_000,
             retention_rounds: 300,
             retention_speakers: 5,
@@ -198,6 +206,35 @@ impl Report {
     /// Accuracy over every debate question.
     pub fn debate_accuracy(&self) -> Option<f64> {
         self.accuracy_where(|t| t.starts_with("debate"))
+    }
+
+    /// Mean citation recall and precision over every question of `task` (all sizes), or
+    /// None when there were none: what set-valued questions are scored on.
+    pub fn citation_scores(&self, task: &str) -> Option<(f64, f64)> {
+        let qs: Vec<&Outcome> = self.questions.iter().filter(|q| q.task == task).collect();
+        let n = qs.len() as f64;
+        (!qs.is_empty()).then(|| {
+            (
+                qs.iter().map(|q| q.citation_recall).sum::<f64>() / n,
+                qs.iter().map(|q| q.citation_precision).sum::<f64>() / n,
+            )
+        })
+    }
+
+    /// The score a `--floor NAME=MIN` names: `debate` (every debate question's accuracy),
+    /// `TASK_recall` / `TASK_precision` (mean citation recall / precision of a task, e.g.
+    /// `aggregate_recall`), else the accuracy of task NAME.
+    pub fn floor_score(&self, name: &str) -> Option<f64> {
+        if name == "debate" {
+            return self.debate_accuracy();
+        }
+        if let Some(task) = name.strip_suffix("_recall") {
+            return self.citation_scores(task).map(|(r, _)| r);
+        }
+        if let Some(task) = name.strip_suffix("_precision") {
+            return self.citation_scores(task).map(|(_, p)| p);
+        }
+        self.accuracy(name)
     }
 
     fn accuracy_where(&self, task: impl Fn(&str) -> bool) -> Option<f64> {
@@ -359,6 +396,25 @@ pub async fn run(
             &mut rng,
             &mut names,
             &format!("debate-{}r", opts.debate_rounds),
+        )?;
+        run_instance(cfg, opts, inst, &mut report, log).await?;
+        report.wall_s = t0.elapsed().as_secs_f64();
+        checkpoint(&report);
+    }
+
+    // Set-valued questions over a generated debate.
+    if opts.aggregate_rounds > 0 {
+        let mut rng = tasks::rng(opts.seed, "aggregate");
+        let mut names = tasks::Names::new(pool_words.clone());
+        let filler = tasks::filler_sentences(&pool, 20_000);
+        let inst = tasks::aggregate_debate(
+            &filler,
+            opts.aggregate_rounds,
+            opts.aggregate_speakers,
+            opts.aggregate_topics,
+            &mut rng,
+            &mut names,
+            &format!("aggregate-{}r", opts.aggregate_rounds),
         )?;
         run_instance(cfg, opts, inst, &mut report, log).await?;
         report.wall_s = t0.elapsed().as_secs_f64();

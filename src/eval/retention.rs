@@ -215,9 +215,11 @@ pub(super) async fn handwritten(
             ));
         }
     }
+    // Set questions ask for several turns; their expected strings are speakers, not facts.
     let facts: Vec<Planted> = inst
         .questions
         .iter()
+        .filter(|q| q.task == "handwritten")
         .map(|q| Planted {
             kind: "handwritten",
             sentence: q.question.clone(),

@@ -76,7 +76,7 @@ pub fn passage_tokens(label: Option<&str>) -> usize {
 }
 
 /// Version of the navigation prompts.
-pub const NAV_VERSION: &str = "nav-v2";
+pub const NAV_VERSION: &str = "nav-v3";
 
 const COMPRESS_SYSTEM: &str = "You compress text for a retrieval system. Rules:\n\
 - Use only what the input states. Never add facts, opinions, commentary or outside knowledge.\n\
@@ -271,6 +271,43 @@ pub fn partition(instruction: &str, label: &str, text: &str) -> ChatRequest {
         ),
         schema: None,
         max_tokens: 120,
+    }
+}
+
+const SET_SUPPORT_SYSTEM: &str = "A question asks for a set of answers (every speaker who \
+did something, every deadline, every vote). You see numbered passages, each found by a search \
+for the question. Decide for each passage on its own whether it is itself one of the answers: \
+it must state what the question asks about (the same act, the same subject), not merely \
+mention the words. Use only the passages. Reply with JSON: {\"support\": [numbers of the \
+passages that are answers]}; an empty list when none is.";
+
+/// One sub-call of a set answer's fan-out: which of `passages` (label, text), numbered
+/// from 1, answer `question` on their own.
+pub fn set_support(question: &str, passages: &[(String, String)]) -> ChatRequest {
+    let mut user = format!("Question: {question}\n");
+    for (i, (label, text)) in passages.iter().enumerate() {
+        user.push_str(&format!(
+            "\n<passage n=\"{}\" label=\"{}\">\n{}\n</passage>\n",
+            i + 1,
+            label.replace('"', "'"),
+            text.trim()
+        ));
+    }
+    ChatRequest {
+        system: SET_SUPPORT_SYSTEM.to_string(),
+        user,
+        schema: Some((
+            "set_support".into(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "support": {"type": "array", "items": {"type": "integer"}}
+                },
+                "required": ["support"],
+                "additionalProperties": false
+            }),
+        )),
+        max_tokens: 60 + 4 * passages.len() as u32,
     }
 }
 

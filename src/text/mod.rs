@@ -8,7 +8,7 @@ mod acts;
 mod facts;
 mod words;
 
-pub(crate) use acts::importance;
+pub(crate) use acts::{Act, act_phrases, acts_of, asked_act, asks_for_set, importance};
 
 pub(crate) use facts::facts;
 pub(crate) use words::{content_words, is_stopword, term_counts};

@@ -17,6 +17,9 @@ fn small(work: &std::path::Path) -> Options {
         debate_rounds: 60,
         debate_speakers: 4,
         debate_topics: 8,
+        aggregate_rounds: 0,
+        aggregate_speakers: 5,
+        aggregate_topics: 5,
         fidelity_tokens: 20_000,
         retention_rounds: 0,
         retention_speakers: 5,
@@ -83,6 +86,14 @@ fn eval_small_run_stays_above_its_floors() {
     floor("multi_hop", 0.6);
     floor("needle_paraphrase", 0.8);
     floor("handwritten", 0.8);
+    // The hand-written set questions (data/questions.json, `"set": true`): text the set
+    // mechanism was not written for.
+    assert_eq!(n("handwritten_set"), 6);
+    let (recall, precision) = report.citation_scores("handwritten_set").unwrap();
+    assert!(
+        recall >= HANDWRITTEN_SET_RECALL && precision >= HANDWRITTEN_SET_PRECISION,
+        "handwritten_set: recall {recall:.3}, precision {precision:.3}"
+    );
     let d = report.debate_accuracy().unwrap();
     assert!(d >= 0.85, "debate recall {d:.3} fell below its floor 0.85");
     // The navigator reads a fraction of the haystack, not all of it.
@@ -246,4 +257,75 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
             "{b}: the overview is in every window"
         );
     }
+}
+
+/// Floors of the set questions, a little under what they score today (docs/EVAL.md).
+/// The aggregate instance scores 1.000 / 1.000 today.
+const AGGREGATE_RECALL: f64 = 0.9;
+const AGGREGATE_PRECISION: f64 = 0.9;
+/// The hand-written set questions score 0.458 / 0.611 today: lexical evidence misses
+/// turns whose subject is only in the context ("I vote yes." in the round of the vote).
+const HANDWRITTEN_SET_RECALL: f64 = 0.4;
+const HANDWRITTEN_SET_PRECISION: f64 = 0.5;
+
+/// The aggregate task on a small generated debate: questions whose answer is a set of
+/// turns ("which speakers objected to …", "list every deadline …") are answered with every
+/// supporting turn found, scored by citation recall and precision against the gold sets;
+/// with set answers off (`query.max_set_citations = 0`, main's behaviour before them)
+/// recall is far lower.
+#[test]
+fn eval_aggregate_cites_every_supporting_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = eval::load_corpus(&[repo().join("data/docs")]).unwrap();
+    let mut opts = small(dir.path());
+    opts.sizes = Vec::new();
+    opts.debate_rounds = 0;
+    opts.fidelity_tokens = 0;
+    opts.questions = None;
+    opts.aggregate_rounds = 80;
+    let run = |cfg: &Config| {
+        rt().block_on(eval::run(cfg, &opts, &docs, &|l| eprintln!("{l}"), &|_| {}))
+            .unwrap()
+    };
+    let report = run(&Config::default());
+    eprintln!("{}", eval::markdown(&report));
+    let qs: Vec<_> = report
+        .questions
+        .iter()
+        .filter(|q| q.task == "aggregate")
+        .collect();
+    assert!(qs.len() >= 12, "{} questions", qs.len());
+    assert!(
+        qs.iter().any(|q| q.gold.len() >= 4),
+        "some gold sets are large"
+    );
+    for q in &qs {
+        eprintln!(
+            "{:.2} {:.2} {} cited {} of gold {}",
+            q.citation_recall,
+            q.citation_precision,
+            q.question,
+            q.cited.len(),
+            q.gold.len()
+        );
+    }
+    let (recall, precision) = report.citation_scores("aggregate").unwrap();
+    assert!(
+        recall >= AGGREGATE_RECALL && precision >= AGGREGATE_PRECISION,
+        "aggregate: recall {recall:.3}, precision {precision:.3}"
+    );
+    assert_eq!(report.floor_score("aggregate_recall"), Some(recall));
+    assert_eq!(report.floor_score("aggregate_precision"), Some(precision));
+    // Before set answers: at most `max_citations` per answer.
+    let mut before = Config::default();
+    before.query.max_set_citations = 0;
+    let old = run(&before);
+    let (old_recall, old_precision) = old.citation_scores("aggregate").unwrap();
+    eprintln!(
+        "aggregate: recall {recall:.3}, precision {precision:.3}; set answers off: {old_recall:.3}, {old_precision:.3}"
+    );
+    assert!(
+        recall >= old_recall + 0.2,
+        "set answers raise recall: {old_recall:.3} -> {recall:.3}"
+    );
 }

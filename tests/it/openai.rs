@@ -34,6 +34,8 @@ enum Kind {
     Intent,
     Action,
     Partition,
+    /// A set answer's fan-out: which of the numbered passages answer.
+    SetSupport,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +111,7 @@ fn kind_of(body: &Value) -> (Kind, String) {
     let kind = match schema {
         Some("intent") => Kind::Intent,
         Some("action") => Kind::Action,
+        Some("set_support") => Kind::SetSupport,
         _ if system.starts_with("You read one passage") => Kind::Partition,
         _ if user.starts_with("Rewrite the passage") => Kind::Detailed,
         _ if user.starts_with("Summarise the passages") => Kind::Summary,
@@ -204,6 +207,7 @@ async fn chat(State(mock): State<Arc<Mock>>, axum::Json(body): axum::Json<Value>
         let mut m = mock.max_in_flight.lock().unwrap();
         let name = match kind {
             Kind::Partition => "partition",
+            Kind::SetSupport => "set_support",
             _ => "other",
         };
         let e = m.entry(name).or_insert(0);
@@ -242,7 +246,7 @@ fn good(c: &Call) -> Reply {
     match c.kind {
         Kind::Detailed | Kind::Summary | Kind::Abstract => Reply::Text(extract(c)),
         Kind::Partition => Reply::Text("not mentioned".into()),
-        Kind::Intent | Kind::Action => panic!("no navigation script"),
+        Kind::Intent | Kind::Action | Kind::SetSupport => panic!("no navigation script"),
     }
 }
 
@@ -1241,6 +1245,78 @@ fn partition_map_fans_out_and_answers_are_refined() {
         "{actions:?}"
     );
     assert_eq!(r.usage.fallbacks, 0);
+}
+
+/// A set question with a root model: the candidates go to the helper in one bounded
+/// batch (`set_support`, a `partition_map` step), the root model is not asked, and every
+/// passage the helper says answers is cited — verified source sentences. An invalid reply
+/// keeps the offline decision; a helper that is down hands the question to the offline
+/// policy (a counted fallback).
+#[test]
+fn a_set_question_fans_its_candidates_out_to_the_helper() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let q = "Which speakers mentioned the $61 million operating cost?";
+    // The offline navigator over the same (mock-compressed) tree.
+    let offline_answer = query(&rt, &engine(cfg(&url), dir.path()), q);
+    assert!(!offline_answer.citations.is_empty());
+    // The helper answers: the passages that name the operating cost.
+    mock.set(|c| match c.kind {
+        Kind::SetSupport => {
+            let n: Vec<usize> = c
+                .user
+                .split("<passage n=\"")
+                .skip(1)
+                .filter(|p| p.contains("operating cost"))
+                .filter_map(|p| p.split('"').next()?.parse().ok())
+                .collect();
+            Reply::Text(json!({ "support": n }).to_string())
+        }
+        Kind::Intent | Kind::Action => panic!("the root model is not asked"),
+        _ => good(c),
+    });
+    let mut c = nav_cfg(&url);
+    c.model.sub = "openai:mock-sub".into();
+    let e = engine(c, dir.path());
+    let r = query(&rt, &e, q);
+    assert!(
+        !r.citations.is_empty()
+            && r.citations
+                .iter()
+                .all(|c| c.quote.contains("operating cost")),
+        "{r:#?}"
+    );
+    assert_eq!(r.citations[0].speaker.as_deref(), Some("bob"));
+    assert_eq!((r.sub_calls_made, mock.requests(Kind::SetSupport)), (1, 1));
+    assert_eq!(r.usage.fallbacks, 0);
+    let step = r
+        .trajectory
+        .iter()
+        .find(|s| s.action == "partition_map")
+        .expect("a partition_map step");
+    assert!(step.detail.contains("1 answer(s)"), "{}", step.detail);
+
+    // Invalid replies: the batch keeps the offline decision.
+    mock.set(|c| match c.kind {
+        Kind::SetSupport => Reply::Text(r#"{"support": [99]}"#.into()),
+        Kind::Intent | Kind::Action => panic!("the root model is not asked"),
+        _ => good(c),
+    });
+    let r = query(&rt, &e, q);
+    assert_eq!(r.citations, offline_answer.citations);
+    assert!(r.usage.invalid_outputs >= 1);
+    assert_eq!(r.usage.fallbacks, 0);
+
+    // The helper is down: the offline policy answers.
+    mock.set(|c| match c.kind {
+        Kind::SetSupport => Reply::Status(500, vec![]),
+        Kind::Intent | Kind::Action => panic!("the root model is not asked"),
+        _ => good(c),
+    });
+    let r = query(&rt, &e, q);
+    assert_eq!(r.citations, offline_answer.citations);
+    assert_eq!(r.usage.fallbacks, 1);
 }
 
 // ---------------------------------------------------------------- the evidence check

@@ -12,10 +12,12 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::collections::HashSet;
 
+mod aggregate;
 mod debate;
 mod plant;
 mod retention;
 
+pub use aggregate::aggregate_debate;
 pub use debate::{debate, filler_sentences};
 pub use plant::{Plant, cities, hop_fact, multi_fact, paraphrase_fact, single_fact};
 pub use retention::{KINDS, Planted, RetentionDebate, retention_debate};

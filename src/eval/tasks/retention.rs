@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::path::PathBuf;
 
-const SPEAKERS: &[&str] = &[
+pub(super) const SPEAKERS: &[&str] = &[
     "Okafor",
     "Lindqvist",
     "Moreau",
@@ -24,7 +24,7 @@ const SPEAKERS: &[&str] = &[
     "Haddad",
     "Brennan",
 ];
-const ITEMS: &[&str] = &[
+pub(super) const ITEMS: &[&str] = &[
     "bridge toll",
     "harbour levy",
     "library fund",
@@ -40,7 +40,7 @@ const ITEMS: &[&str] = &[
     "flood barrier",
     "housing fund",
 ];
-const REASONS: &[&str] = &[
+pub(super) const REASONS: &[&str] = &[
     "the numbers do not add up",
     "small shops would pay for it",
     "it ignores the outer districts",
@@ -48,7 +48,7 @@ const REASONS: &[&str] = &[
     "it breaks last year's promise",
     "the council cannot enforce it",
 ];
-const MONTHS: &[&str] = &[
+pub(super) const MONTHS: &[&str] = &[
     "January",
     "February",
     "March",

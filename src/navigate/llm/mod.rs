@@ -29,6 +29,7 @@ mod actions;
 mod check;
 mod quote;
 mod reply;
+mod set;
 mod view;
 
 use check::{Evidence, Verdict};
@@ -119,6 +120,10 @@ pub(crate) async fn run(
             prompts::NAV_VERSION
         ),
     );
+    // A set question: the candidates are fanned out to the helper and aggregated.
+    if super::offline::wants_set(&nav.ex, &nav.asked) {
+        return nav.answer_set(helper).await;
+    }
     if let Err(e) = nav.freeze_intent(root).await {
         return nav.fall_back(format!("the root model failed: {e}"));
     }
