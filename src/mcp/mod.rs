@@ -24,10 +24,12 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::level::Level;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -81,6 +83,21 @@ fn answer(
         Err(ToolError::Invalid(e)) => Err(ErrorData::invalid_params(e, None)),
         Err(ToolError::Failed(e)) => Ok(CallToolResult::error(vec![ContentBlock::text(e)])),
     }
+}
+
+/// A tool's arguments, parsed. Arguments that do not fit the tool's schema are JSON-RPC
+/// -32602 (invalid params), as the issue asks; rmcp's own `Parameters` would make them a
+/// tool error result instead (what MCP 2025-11-25 recommends, so a model can correct
+/// itself — the message is the same either way).
+fn args<T: DeserializeOwned>(a: JsonObject) -> std::result::Result<T, ErrorData> {
+    serde_json::from_value(Value::Object(a))
+        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments: {e}"), None))
+}
+
+/// The JSON schema of a tool's arguments (`tools/list`), from the type they parse into.
+fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    rmcp::handler::server::common::schema_for_input::<T>()
+        .unwrap_or_else(|e| panic!("the schema of {}: {e}", std::any::type_name::<T>()))
 }
 
 /// One of the five levels, by name.
@@ -148,73 +165,69 @@ impl Strata {
 #[tool_router]
 impl Strata {
     #[tool(
+        input_schema = schema::<load::LoadCorpus>(),
         description = "Read a scope's nodes a page at a time, filtered by source, round range, speaker, level (default: full, the source text), date range (when stored) and a search term. Returns a segment id (page through it with `segment` + `page`; sub_query and execute_analysis take it), totals, the page's items with their metadata and source spans, and the provenance (filters applied, time)."
     )]
-    async fn load_corpus(
-        &self,
-        Parameters(a): Parameters<load::LoadCorpus>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn load_corpus(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         answer(load::load_corpus(&self.engine, &self.session, a, crate::clock::unix_now()).await)
     }
 
     #[tool(
+        input_schema = schema::<batch::SubQuery>(),
         description = "Run one prompt template over up to 100 items (inline, or from a segment): classify, extract, summarize, filter or compare, one sub-model call per item, concurrently. `{{item.FIELD}}` in the prompt is replaced by each item's field. Outputs are validated against `output_schema` (or the task's default), an invalid one retried once with what was wrong, then reported per item. Returns results in input order (each with the item's source spans), a result id for execute_analysis, usage and cost, and the provenance (model, batch size). Needs a model (`strata mcp --model openai:NAME --base-url URL`)."
     )]
-    async fn sub_query(
-        &self,
-        Parameters(a): Parameters<batch::SubQuery>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn sub_query(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         answer(batch::sub_query(&self.engine, &self.session, a, crate::clock::unix_now()).await)
     }
 
     #[tool(
+        input_schema = schema::<analysis::ExecuteAnalysis>(),
         description = "Run a sandboxed Rhai script over loaded segments and sub-query results, with operation and time limits; the script's last expression is the answer."
     )]
     async fn execute_analysis(
         &self,
-        Parameters(a): Parameters<analysis::ExecuteAnalysis>,
+        a: JsonObject,
     ) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         answer(analysis::execute_analysis(&self.session, a))
     }
 
     #[tool(
+        input_schema = schema::<read::Context>(),
         description = "A scope as a context window within a token budget, at a level (full, detailed, summary, abstract, metadata) or auto (an overview, older history coarse, recent rounds fine). Returns the text, the nodes used with their source spans, and the tokens."
     )]
-    async fn context(
-        &self,
-        Parameters(a): Parameters<read::Context>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn context(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         answer(read::context(&self.engine, a, crate::clock::unix_now()).await)
     }
 
     #[tool(
+        input_schema = schema::<read::Query>(),
         description = "Answer a question over scopes (default: all) by navigating the levels; every word of the answer is a quote of a cited source span (source, byte offsets, quote, round, speaker)."
     )]
-    async fn query(
-        &self,
-        Parameters(a): Parameters<read::Query>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn query(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         answer(read::query(&self.engine, a, crate::clock::unix_now()).await)
     }
 
     #[tool(
+        input_schema = schema::<read::Grep>(),
         description = "BM25 search over the levels of scopes (default: all): hits with node id, level, score, text and source spans."
     )]
-    async fn grep(
-        &self,
-        Parameters(a): Parameters<read::Grep>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn grep(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         let now = crate::clock::unix_now();
         answer(blocking(|| read::grep(&self.engine, a, now)))
     }
 
     #[tool(
+        input_schema = schema::<read::Peek>(),
         description = "Read nodes by id (text, level, children, metadata, source spans), or a byte range of a source as ingested (`scope`, `source`, `start`, `end`)."
     )]
-    async fn peek(
-        &self,
-        Parameters(a): Parameters<read::Peek>,
-    ) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn peek(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
         let now = crate::clock::unix_now();
         answer(blocking(|| read::peek(&self.engine, a, now)))
     }

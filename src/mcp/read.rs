@@ -117,7 +117,10 @@ pub(crate) async fn query(engine: &Engine, a: Query, now: u64) -> Result<Value, 
     let mut v = serde_json::to_value(&r).map_err(|e| ToolError::Failed(e.to_string()))?;
     v["provenance"] = json!({
         "scopes": if a.scopes.is_empty() { engine.scope_names()? } else { a.scopes },
-        "navigator": engine.config().model.root,
+        "navigator": match engine.config().model.root.trim() {
+            "" => "offline",
+            root => root,
+        },
         "compressor": engine.model_identity(),
         "timestamp": provenance_time(now),
     });

@@ -232,10 +232,15 @@ fn an_agent_uses_every_tool_over_stdio() {
         );
     }
     let sq = tools.iter().find(|t| t["name"] == "sub_query").unwrap();
-    let tasks = json!(["classify", "extract", "summarize", "filter", "compare"]);
-    assert!(
-        sq.to_string()
-            .contains(&tasks.to_string()[1..tasks.to_string().len() - 1]),
+    let tasks: Vec<&str> = sq["inputSchema"]["$defs"]["Task"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["const"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tasks,
+        ["classify", "extract", "summarize", "filter", "compare"],
         "{sq}"
     );
 
@@ -258,7 +263,7 @@ fn an_agent_uses_every_tool_over_stdio() {
         assert_eq!(it["index"], i);
         assert_eq!(it["speaker"], "alice");
         assert_eq!(it["level"], "full");
-        assert_eq!(it["round"], 1);
+        assert_eq!(it["round"], i + 1, "one turn a round");
         let span = &it["spans"][0];
         assert_eq!(
             it["spans"].as_array().unwrap().len(),
@@ -365,8 +370,15 @@ fn an_agent_uses_every_tool_over_stdio() {
             c["quote"].as_str().unwrap()
         );
     }
-    assert!(q["answer"].as_str().unwrap().contains("14 km"), "{q}");
+    assert!(
+        q["answer"]
+            .as_str()
+            .unwrap()
+            .contains(cites[0]["quote"].as_str().unwrap()),
+        "{q}"
+    );
     assert_eq!(q["provenance"]["scopes"], json!(["debate"]));
+    assert_eq!(q["provenance"]["navigator"], "offline");
 
     // grep, then peek at a hit by id.
     let g = mcp.ok(
