@@ -44,6 +44,7 @@ mod id;
 mod index;
 mod jobs;
 mod level;
+pub mod mcp;
 mod metrics;
 pub mod model;
 mod navigate;

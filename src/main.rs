@@ -125,6 +125,7 @@ fn run_command(
             pattern,
         } => grep(engine, &scope, &level, limit, &pattern, now, json),
         Cmd::Serve { addr } => serve(engine.clone(), rt, addr),
+        Cmd::Mcp => mcp(engine.clone(), rt),
         Cmd::Stats => stats(engine, now, json),
         Cmd::Gc => gc(engine, now, json),
         Cmd::Reindex => reindex(engine, json),
@@ -439,6 +440,12 @@ fn serve(
         eprintln!("strata stopped");
         anyhow::Ok(())
     })
+}
+
+/// `strata mcp`: the Model Context Protocol on stdin/stdout until the client closes stdin.
+fn mcp(engine: std::sync::Arc<Engine>, rt: &tokio::runtime::Runtime) -> Result<()> {
+    rt.block_on(strata::mcp::serve_stdio(engine))?;
+    Ok(())
 }
 
 /// `strata stats`: the store, the index, and every scope's tree.

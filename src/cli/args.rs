@@ -111,6 +111,9 @@ pub enum Cmd {
         #[arg(long)]
         addr: Option<String>,
     },
+    /// Serve the Model Context Protocol on stdin/stdout for agents (tools: load_corpus,
+    /// sub_query, execute_analysis, context, query, grep, peek) until stdin closes.
+    Mcp,
     /// Scopes, levels, nodes, index and disk usage.
     Stats,
     /// Remove expired and unreachable nodes.

@@ -186,6 +186,17 @@ impl Engine {
         self.corpus().node(id, now)
     }
 
+    /// The nodes `ids` that are live at `now`, in order (`None` for one that is missing or
+    /// expired), read in one batch.
+    pub fn live_nodes(&self, ids: &[NodeId], now: u64) -> Result<Vec<Option<Node>>> {
+        Ok(self
+            .store
+            .get_nodes(ids)?
+            .into_iter()
+            .map(|n| n.filter(|n| n.is_live(now)))
+            .collect())
+    }
+
     /// The text of a source as ingested.
     pub fn source_text(&self, scope: &str, source: &str) -> Result<String> {
         self.corpus().source_text(scope, source)

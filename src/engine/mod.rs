@@ -146,6 +146,13 @@ impl Engine {
         self.embedder.as_ref()
     }
 
+    /// The model that serves sub-calls (the navigator's `partition_map`, MCP's
+    /// `sub_query`): the sub model when it can chat, else the root model; `None` when
+    /// both are offline.
+    pub fn sub_chat(&self) -> Option<&Arc<dyn ChatModel>> {
+        self.helper.as_ref().or(self.root.as_ref())
+    }
+
     /// The flow control every model client of this engine shares.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter

@@ -12,6 +12,7 @@ mod diskfull;
 mod eval;
 mod hybrid;
 mod layers;
+mod mcp;
 mod navigate;
 mod openai;
 mod pipeline;

@@ -1,0 +1,245 @@
+//! `strata mcp`: the engine as a Model Context Protocol server over stdio, for agents
+//! (Claude, Cursor, any tool-calling loop), on the official Rust SDK (`rmcp`).
+//!
+//! The tools: `load_corpus` (a scope's nodes, filtered and paged, kept as a segment),
+//! `sub_query` (one prompt template over up to 100 items through the sub model, outputs
+//! validated against a JSON schema), `execute_analysis` (a sandboxed script over segments
+//! and sub-query results), and the engine's own `context`, `query`, `grep` and `peek`.
+//! Every result carries its provenance: the source spans of what it returns, the time,
+//! the model. Arguments that do not parse, or name things that do not exist, are JSON-RPC
+//! errors -32602 (invalid params); a tool that fails while running returns a result marked
+//! `isError` with a one-line reason. The session (segments, sub-query results) lives in
+//! this process ([`session`]).
+//!
+//! Like `server`, this module holds no engine logic: each tool is an [`Engine`] call plus
+//! what the protocol needs (paging, session ids, provenance).
+
+mod analysis;
+mod batch;
+mod load;
+mod read;
+mod session;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::level::Level;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Serves MCP on this process's stdin and stdout until the client closes stdin. Logs go
+/// to stderr: stdout carries only protocol messages.
+pub async fn serve_stdio(engine: Arc<Engine>) -> Result<()> {
+    let service = Strata::new(engine)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| Error::Invalid(format!("MCP session did not start: {e}")))?;
+    service
+        .waiting()
+        .await
+        .map_err(|e| Error::Internal(format!("MCP session: {e}")))?;
+    Ok(())
+}
+
+/// Why a tool call failed: the caller's arguments (JSON-RPC -32602), or the work itself
+/// (a result marked `isError`).
+#[derive(Debug)]
+pub(crate) enum ToolError {
+    Invalid(String),
+    Failed(String),
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolError::Invalid(e) | ToolError::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+impl From<Error> for ToolError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Invalid(_) | Error::UnknownScope { .. } => ToolError::Invalid(e.to_string()),
+            e => ToolError::Failed(e.to_string()),
+        }
+    }
+}
+
+/// A tool's answer as MCP wants it: structured content (with its JSON text), a tool error
+/// result, or a JSON-RPC error.
+fn answer(
+    r: std::result::Result<Value, ToolError>,
+) -> std::result::Result<CallToolResult, ErrorData> {
+    match r {
+        Ok(v) => Ok(CallToolResult::structured(v)),
+        Err(ToolError::Invalid(e)) => Err(ErrorData::invalid_params(e, None)),
+        Err(ToolError::Failed(e)) => Ok(CallToolResult::error(vec![ContentBlock::text(e)])),
+    }
+}
+
+/// A tool's arguments, parsed. Arguments that do not fit the tool's schema are JSON-RPC
+/// -32602 (invalid params), as the issue asks; rmcp's own `Parameters` would make them a
+/// tool error result instead (what MCP 2025-11-25 recommends, so a model can correct
+/// itself — the message is the same either way).
+fn args<T: DeserializeOwned>(a: JsonObject) -> std::result::Result<T, ErrorData> {
+    serde_json::from_value(Value::Object(a))
+        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments: {e}"), None))
+}
+
+/// The JSON schema of a tool's arguments (`tools/list`), from the type they parse into.
+fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    rmcp::handler::server::common::schema_for_input::<T>()
+        .unwrap_or_else(|e| panic!("the schema of {}: {e}", std::any::type_name::<T>()))
+}
+
+/// One of the five levels, by name.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LevelName {
+    Full,
+    Detailed,
+    Summary,
+    Abstract,
+    Metadata,
+}
+
+impl LevelName {
+    pub(crate) fn level(self) -> Level {
+        match self {
+            LevelName::Full => Level::Full,
+            LevelName::Detailed => Level::Detailed,
+            LevelName::Summary => Level::Summary,
+            LevelName::Abstract => Level::Abstract,
+            LevelName::Metadata => Level::Metadata,
+        }
+    }
+}
+
+/// When a result was made: unix seconds and RFC 3339.
+pub(crate) fn provenance_time(now: u64) -> Value {
+    let rfc3339 = i64::try_from(now)
+        .ok()
+        .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    serde_json::json!({ "unix": now, "rfc3339": rfc3339 })
+}
+
+/// Runs synchronous engine work (store reads, index searches) without stalling the
+/// runtime's other tasks: on a multi-threaded runtime the worker hands its tasks to another
+/// thread first.
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// The MCP server: the engine, this session's state, and the tools.
+#[derive(Clone)]
+pub struct Strata {
+    engine: Arc<Engine>,
+    session: Arc<session::Session>,
+    tool_router: ToolRouter<Strata>,
+}
+
+impl Strata {
+    pub fn new(engine: Arc<Engine>) -> Strata {
+        Strata {
+            engine,
+            session: Arc::default(),
+            tool_router: Strata::tool_router(),
+        }
+    }
+}
+
+#[tool_router]
+impl Strata {
+    #[tool(
+        input_schema = schema::<load::LoadCorpus>(),
+        description = "Read a scope's nodes a page at a time, filtered by source, round range, speaker, level (default: full, the source text), date range (when stored) and a search term. Returns a segment id (page through it with `segment` + `page`; sub_query and execute_analysis take it), totals, the page's items with their metadata and source spans, and the provenance (filters applied, time)."
+    )]
+    async fn load_corpus(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        answer(load::load_corpus(&self.engine, &self.session, a, crate::clock::unix_now()).await)
+    }
+
+    #[tool(
+        input_schema = schema::<batch::SubQuery>(),
+        description = "Run one prompt template over up to 100 items (inline, or from a segment): classify, extract, summarize, filter or compare, one sub-model call per item, concurrently. `{{item.FIELD}}` in the prompt is replaced by each item's field. Outputs are validated against `output_schema` (or the task's default), an invalid one retried once with what was wrong, then reported per item. Returns results in input order (each with the item's source spans), a result id for execute_analysis, usage and cost, and the provenance (model, batch size). Needs a model (`strata mcp --model openai:NAME --base-url URL`)."
+    )]
+    async fn sub_query(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        answer(batch::sub_query(&self.engine, &self.session, a, crate::clock::unix_now()).await)
+    }
+
+    #[tool(
+        input_schema = schema::<analysis::ExecuteAnalysis>(),
+        description = "Run a sandboxed Rhai script over loaded segments and sub-query results, with operation and time limits; the script's last expression is the answer."
+    )]
+    async fn execute_analysis(
+        &self,
+        a: JsonObject,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        answer(analysis::execute_analysis(&self.session, a))
+    }
+
+    #[tool(
+        input_schema = schema::<read::Context>(),
+        description = "A scope as a context window within a token budget, at a level (full, detailed, summary, abstract, metadata) or auto (an overview, older history coarse, recent rounds fine). Returns the text, the nodes used with their source spans, and the tokens."
+    )]
+    async fn context(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        answer(read::context(&self.engine, a, crate::clock::unix_now()).await)
+    }
+
+    #[tool(
+        input_schema = schema::<read::Query>(),
+        description = "Answer a question over scopes (default: all) by navigating the levels; every word of the answer is a quote of a cited source span (source, byte offsets, quote, round, speaker)."
+    )]
+    async fn query(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        answer(read::query(&self.engine, a, crate::clock::unix_now()).await)
+    }
+
+    #[tool(
+        input_schema = schema::<read::Grep>(),
+        description = "BM25 search over the levels of scopes (default: all): hits with node id, level, score, text and source spans."
+    )]
+    async fn grep(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        let now = crate::clock::unix_now();
+        answer(blocking(|| read::grep(&self.engine, a, now)))
+    }
+
+    #[tool(
+        input_schema = schema::<read::Peek>(),
+        description = "Read nodes by id (text, level, children, metadata, source spans), or a byte range of a source as ingested (`scope`, `source`, `start`, `end`)."
+    )]
+    async fn peek(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        let a = args(a)?;
+        let now = crate::clock::unix_now();
+        answer(blocking(|| read::peek(&self.engine, a, now)))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Strata {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("strata", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "strata keeps long context (debates, document collections) as a tree of abstraction levels with citations to exact source spans. Start with `grep` or `context`, page through a scope with `load_corpus`, fan a prompt out over its items with `sub_query`, and answer with `query`; every result says which source bytes it stands for.",
+            )
+    }
+}
