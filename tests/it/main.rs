@@ -18,6 +18,7 @@ mod pipeline;
 mod postgres;
 mod props;
 mod replicas;
+mod script;
 mod server;
 mod support;
 mod trace;
