@@ -57,8 +57,8 @@
 
 pub use futures::future::BoxFuture;
 use rhai::packages::{
-    ArithmeticPackage, BasicArrayPackage, BasicIteratorPackage, BasicMapPackage,
-    BasicMathPackage, BasicStringPackage, LogicPackage, MoreStringPackage, Package,
+    ArithmeticPackage, BasicArrayPackage, BasicIteratorPackage, BasicMapPackage, BasicMathPackage,
+    BasicStringPackage, LogicPackage, MoreStringPackage, Package,
 };
 use rhai::{Array, Dynamic, Engine, EvalAltResult, INT, ParseErrorType, Position, Scope};
 use serde_json::Value;
@@ -455,12 +455,14 @@ fn strings(what: &str, a: Array) -> Result<Vec<String>, Box<EvalAltResult>> {
     a.into_iter()
         .enumerate()
         .map(|(i, v)| {
-            v.into_immutable_string().map(|s| s.to_string()).map_err(|t| {
-                Box::new(EvalAltResult::ErrorRuntime(
-                    format!("{what}: element {i} is a {t}, not a string").into(),
-                    Position::NONE,
-                ))
-            })
+            v.into_immutable_string()
+                .map(|s| s.to_string())
+                .map_err(|t| {
+                    Box::new(EvalAltResult::ErrorRuntime(
+                        format!("{what}: element {i} is a {t}, not a string").into(),
+                        Position::NONE,
+                    ))
+                })
         })
         .collect()
 }
@@ -698,14 +700,15 @@ fn runtime_error(e: EvalAltResult, limits: &Limits) -> ScriptError {
             "{what} (limits: {} bytes of string, {} array elements, {} map entries)",
             limits.max_string_bytes, limits.max_array_len, limits.max_map_len
         )),
-        EvalAltResult::ErrorTooManyVariables(_) => ScriptError::TooLarge(format!(
-            "more than {} variables",
-            limits.max_variables
-        )),
+        EvalAltResult::ErrorTooManyVariables(_) => {
+            ScriptError::TooLarge(format!("more than {} variables", limits.max_variables))
+        }
         EvalAltResult::ErrorTooManyModules(_) | EvalAltResult::ErrorModuleNotFound(..) => {
             ScriptError::Forbidden("import".into())
         }
-        EvalAltResult::ErrorFunctionNotFound(sig, _) => ScriptError::UnknownFunction(one_line(&sig)),
+        EvalAltResult::ErrorFunctionNotFound(sig, _) => {
+            ScriptError::UnknownFunction(one_line(&sig))
+        }
         EvalAltResult::ErrorRuntime(v, _) if v.is_map() => {
             let m = v.cast::<rhai::Map>();
             let field = |k: &str| m.get(k).map(|x| x.to_string()).unwrap_or_default();
@@ -732,4 +735,3 @@ fn one_line(s: &str) -> String {
     let cut: String = flat.chars().take(300).collect();
     format!("{cut}…")
 }
-

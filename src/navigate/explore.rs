@@ -481,7 +481,9 @@ impl<'a> Explorer<'a> {
             "nothing was found that answers the question"
         };
         let outcome = match (hit, no_narrowing) {
-            (Some((_, what, b)), _) => format!("stopped at {what} ({} of {}): {found}", b.used, b.limit),
+            (Some((_, what, b)), _) => {
+                format!("stopped at {what} ({} of {}): {found}", b.used, b.limit)
+            }
             (None, true) => format!("stopped after two iterations without narrowing: {found}"),
             (None, false) if answered => "answered within its budgets".to_string(),
             (None, false) => format!("{found} within its budgets"),
@@ -732,7 +734,8 @@ mod tests {
         assert_eq!(r.limit_hit.as_deref(), Some("max_tokens"));
         assert!(
             r.outcome.starts_with("stopped at the token budget (")
-                && r.outcome.ends_with("): nothing was found that answers the question"),
+                && r.outcome
+                    .ends_with("): nothing was found that answers the question"),
             "{}",
             r.outcome
         );

@@ -1625,7 +1625,11 @@ fn code_mode_runs_one_program_per_iteration_and_cites_exact_spans() {
     });
     let dir = tempfile::tempdir().unwrap();
     let e = engine(code_cfg(&url), dir.path());
-    let r = query(&rt, &e, "What share of Eastgate households do not own a car?");
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
     assert!(r.ready, "{r:#?}");
     assert_eq!(r.citations.len(), 1);
     assert_eq!(
@@ -1657,7 +1661,11 @@ fn code_mode_runs_one_program_per_iteration_and_cites_exact_spans() {
         r.trajectory
     );
     assert!(r.trajectory.iter().any(|s| s.action == "llm_batch"));
-    assert!(r.trajectory.iter().any(|s| s.action == "peek" && s.detail.starts_with("program:")));
+    assert!(
+        r.trajectory
+            .iter()
+            .any(|s| s.action == "peek" && s.detail.starts_with("program:"))
+    );
     assert_eq!(r.usage.fallbacks, 0);
     assert_eq!(r.usage.invalid_outputs, 1);
     assert!(!r.max_iterations_reached && r.limit_hit.is_none(), "{r:#?}");
@@ -1710,7 +1718,10 @@ fn code_mode_falls_back_when_programs_fail() {
     let log = mock.log.lock().unwrap();
     let second = log.iter().filter(|l| l.kind == Kind::Code).nth(1).unwrap();
     assert!(
-        second.body.to_string().contains("Your program failed: the script exceeded its limit"),
+        second
+            .body
+            .to_string()
+            .contains("Your program failed: the script exceeded its limit"),
         "{}",
         second.body
     );
@@ -1738,12 +1749,19 @@ let ex = if found.is_empty() { [] } else { ["In Eastgate 41% of households do no
     let mut cfg = code_cfg(&url);
     cfg.query.max_iterations = 3;
     let e = engine(cfg, dir.path());
-    let r = query(&rt, &e, "What share of Eastgate households do not own a car?");
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
     assert!(r.citations[0].quote.contains("41%"), "{r:#?}");
     assert!(!r.ready);
     assert!(r.max_iterations_reached, "{r:#?}");
     assert_eq!(r.limit_hit.as_deref(), Some("max_iterations"));
-    assert_eq!((r.budgets.iterations.used, r.budgets.iterations.limit), (3, 3));
+    assert_eq!(
+        (r.budgets.iterations.used, r.budgets.iterations.limit),
+        (3, 3)
+    );
     assert_eq!(
         r.outcome,
         "stopped at the iteration limit (3 of 3): answered from what was gathered"
@@ -1758,7 +1776,9 @@ fn a_run_that_finds_nothing_says_so() {
     let rt = rt();
     let (mock, url) = serve(&rt);
     mock.set(|c| match c.kind {
-        Kind::Code => Reply::Text("#{ selected_ids: [], extracted: [], confidence: 0.0, stop: true }".into()),
+        Kind::Code => {
+            Reply::Text("#{ selected_ids: [], extracted: [], confidence: 0.0, stop: true }".into())
+        }
         _ => good(c),
     });
     let dir = tempfile::tempdir().unwrap();
@@ -1767,7 +1787,6 @@ fn a_run_that_finds_nothing_says_so() {
     assert!(r.citations.is_empty() && r.answer.is_empty(), "{r:#?}");
     assert!(r.outcome.contains("nothing was found"), "{}", r.outcome);
 }
-
 
 /// The engine's futures cross threads (the server spawns them).
 #[allow(dead_code)]

@@ -34,12 +34,16 @@ impl Host for Fake {
         let dropped = self.dropped.clone();
         Box::pin(async move {
             match call {
-                Call::Grep { pattern, level, limit } => Ok(json!([
+                Call::Grep {
+                    pattern,
+                    level,
+                    limit,
+                } => Ok(json!([
                     {"id": "n2", "score": 1.5, "pattern": pattern, "level": level, "limit": limit}
                 ])),
-                Call::Peek { id } if id == "n2" => {
-                    Ok(json!({"id": "n2", "level": "full", "text": "In Eastgate 41% of households do not own a car."}))
-                }
+                Call::Peek { id } if id == "n2" => Ok(
+                    json!({"id": "n2", "level": "full", "text": "In Eastgate 41% of households do not own a car."}),
+                ),
                 Call::Peek { id } => Err(format!("unknown id {id:?}")),
                 Call::Children { id } => Ok(json!([format!("{id}.1"), format!("{id}.2")])),
                 Call::Search { .. } => Err("the index is\nbeing rebuilt".into()),
@@ -50,7 +54,10 @@ impl Host for Fake {
                 }
                 Call::LlmQuery { prompt } => Ok(json!(format!("echo {prompt}"))),
                 Call::LlmBatch { prompts } => Ok(json!(
-                    prompts.iter().map(|p| format!("echo {p}")).collect::<Vec<_>>()
+                    prompts
+                        .iter()
+                        .map(|p| format!("echo {p}"))
+                        .collect::<Vec<_>>()
                 )),
             }
         })
@@ -89,8 +96,21 @@ fn the_sandbox_registers_exactly_the_primitives() {
     assert_eq!(names, want, "{:#?}", script::signatures());
     // Whatever the basic packages hold, none of it reaches outside.
     for name in [
-        "open", "read_file", "write", "exec", "system", "command", "sleep", "http_get",
-        "fetch", "connect", "socket", "env", "timestamp", "parse_json", "exit",
+        "open",
+        "read_file",
+        "write",
+        "exec",
+        "system",
+        "command",
+        "sleep",
+        "http_get",
+        "fetch",
+        "connect",
+        "socket",
+        "env",
+        "timestamp",
+        "parse_json",
+        "exit",
     ] {
         let src = format!("{name}(\"x\")");
         match fails(&src) {
@@ -129,7 +149,10 @@ fn an_infinite_loop_ends_at_the_operation_limit() {
     };
     let e = run_with("loop { }", &limits, &mut Fake::default()).unwrap_err();
     assert_eq!(e, ScriptError::TooManyOperations(10_000));
-    assert_eq!(e.to_string(), "the script exceeded its limit of 10000 operations");
+    assert_eq!(
+        e.to_string(),
+        "the script exceeded its limit of 10000 operations"
+    );
 }
 
 #[test]
@@ -241,12 +264,17 @@ fn primitive_calls_reach_the_host_and_come_back() {
 fn final_ends_the_script_with_its_answer() {
     let out = run(r#"final("41% have no car", ["n2"]); loop { }"#).unwrap();
     let f = out.final_answer.unwrap();
-    assert_eq!((f.answer.as_str(), f.ids), ("41% have no car", vec!["n2".to_string()]));
+    assert_eq!(
+        (f.answer.as_str(), f.ids),
+        ("41% have no car", vec!["n2".to_string()])
+    );
     assert_eq!(out.value, Value::Null);
     // final inside try/catch still ends the script.
     let out = run(r#"try { final("a", []) } catch { 1 }; 2"#).unwrap();
     assert!(out.final_answer.is_some());
-    assert!(matches!(fails("final(\"a\", [1])"), ScriptError::Runtime(m) if m.contains("element 0")));
+    assert!(
+        matches!(fails("final(\"a\", [1])"), ScriptError::Runtime(m) if m.contains("element 0"))
+    );
 }
 
 #[test]
@@ -261,7 +289,10 @@ fn failures_of_the_host_and_the_script_are_typed() {
     assert!(matches!(fails("throw \"no\""), ScriptError::Runtime(_)));
     assert!(matches!(fails("1 +"), ScriptError::Parse(_)));
     assert!(matches!(fails("working.push(1)"), ScriptError::Runtime(_)));
-    assert!(matches!(fails("let f = |x| x; f"), ScriptError::BadResult(_)));
+    assert!(matches!(
+        fails("let f = |x| x; f"),
+        ScriptError::BadResult(_)
+    ));
     let limits = Limits {
         max_calls: 3,
         ..Limits::default()
@@ -271,13 +302,23 @@ fn failures_of_the_host_and_the_script_are_typed() {
     let mut bad = Bindings::new();
     bad.insert("not an identifier".into(), json!(1));
     let e = rt()
-        .block_on(script::run("1", &bad, &Limits::default(), &mut Fake::default()))
+        .block_on(script::run(
+            "1",
+            &bad,
+            &Limits::default(),
+            &mut Fake::default(),
+        ))
         .unwrap_err();
     assert!(matches!(e, ScriptError::Invalid(_)), "{e}");
     let mut shadow = Bindings::new();
     shadow.insert("peek".into(), json!(1));
     let e = rt()
-        .block_on(script::run("1", &shadow, &Limits::default(), &mut Fake::default()))
+        .block_on(script::run(
+            "1",
+            &shadow,
+            &Limits::default(),
+            &mut Fake::default(),
+        ))
         .unwrap_err();
     assert!(matches!(e, ScriptError::Invalid(_)), "{e}");
 }

@@ -352,7 +352,10 @@ impl Nav<'_, '_> {
             if unknown.is_empty() {
                 String::new()
             } else {
-                format!(" Ids ignored (not in the working set): {}.", unknown.join(", "))
+                format!(
+                    " Ids ignored (not in the working set): {}.",
+                    unknown.join(", ")
+                )
             },
             if problems.is_empty() {
                 String::new()
@@ -407,7 +410,11 @@ impl Nav<'_, '_> {
                             id: self.handle(id),
                             quote: quote.clone(),
                         };
-                        if !self.resolve_quotes(std::slice::from_ref(&q))?.cited.is_empty() {
+                        if !self
+                            .resolve_quotes(std::slice::from_ref(&q))?
+                            .cited
+                            .is_empty()
+                        {
                             found = Some(q);
                             break;
                         }
