@@ -52,6 +52,7 @@ pub mod node;
 pub mod plan;
 mod progress;
 pub mod replica;
+pub mod script;
 pub mod server;
 pub mod source;
 pub mod store;
@@ -68,7 +69,7 @@ pub use engine::{Engine, GcReport, GrepHit, IngestReport, ScopeStats, Stats, Vie
 pub use error::{Error, ModelError, Result};
 pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
-pub use navigate::{Citation, QueryResult, Step};
+pub use navigate::{Budget, Budgets, Citation, QueryResult, Step};
 pub use node::{Node, NodeId, Span};
 pub use progress::{NoProgress, Progress};
 pub use store::{ScopeKind, Store};

@@ -57,6 +57,13 @@ pub enum Record {
         nodes_examined: Vec<String>,
         tokens_processed: u64,
         sub_calls_made: u32,
+        /// How the run ended (absent in traces written before these fields existed).
+        #[serde(default)]
+        max_iterations_reached: bool,
+        #[serde(default)]
+        limit_hit: Option<String>,
+        #[serde(default)]
+        outcome: String,
     },
 }
 
@@ -104,6 +111,9 @@ pub fn records(question: &str, scopes: &[String], r: &QueryResult, at: u64) -> V
         nodes_examined: r.nodes_examined.clone(),
         tokens_processed: r.tokens_processed,
         sub_calls_made: r.sub_calls_made,
+        max_iterations_reached: r.max_iterations_reached,
+        limit_hit: r.limit_hit.clone(),
+        outcome: r.outcome.clone(),
     });
     out
 }

@@ -182,7 +182,7 @@ pub struct QueryConfig {
     pub start_level: crate::level::Level,
     /// `auto`: the LLM navigator when `model.root` is set, else the offline one;
     /// `offline`: always the offline (BM25) navigator; `peek`, `grep`, `partition_map`,
-    /// `summarize`, `hierarchical`: see [`Strategy`].
+    /// `summarize`, `hierarchical`, `code`: see [`Strategy`].
     pub strategy: Strategy,
     /// Nodes one search of the navigator may return (aragora's `max_nodes`).
     pub max_nodes: usize,
@@ -215,10 +215,15 @@ pub enum Strategy {
     /// The tree from the top: ABSTRACT, then groups by evidence at every level beneath,
     /// then chunks within them.
     Hierarchical,
+    /// Code mode: each iteration the root model writes one sandboxed Rhai program
+    /// (`strata::script`) that evaluates the whole working set and returns
+    /// `{selected_ids, extracted, confidence, stop}`. Without a root model, the offline
+    /// descent (`hierarchical`).
+    Code,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Auto,
         Strategy::Offline,
         Strategy::Peek,
@@ -226,6 +231,7 @@ impl Strategy {
         Strategy::PartitionMap,
         Strategy::Summarize,
         Strategy::Hierarchical,
+        Strategy::Code,
     ];
 
     pub fn name(self) -> &'static str {
@@ -237,6 +243,7 @@ impl Strategy {
             Strategy::PartitionMap => "partition_map",
             Strategy::Summarize => "summarize",
             Strategy::Hierarchical => "hierarchical",
+            Strategy::Code => "code",
         }
     }
 }
@@ -255,7 +262,7 @@ impl std::str::FromStr for Strategy {
             .find(|st| st.name() == s)
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "unknown strategy `{s}`: expected auto, peek, grep, partition_map, summarize, hierarchical or offline"
+                    "unknown strategy `{s}`: expected auto, peek, grep, partition_map, summarize, hierarchical, code or offline"
                 ))
             })
     }

@@ -77,7 +77,12 @@ impl Engine {
             {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
-                    crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
+                    if qcfg.strategy == Strategy::Code {
+                        crate::navigate::llm::run_code(explorer, question, root.as_ref(), helper)
+                            .await
+                    } else {
+                        crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
+                    }
                 }
                 None => off_executor(|| crate::navigate::offline(explorer, question)),
             }

@@ -256,6 +256,56 @@ fn action_schema() -> serde_json::Value {
     })
 }
 
+const CODE_SYSTEM: &str = "You answer a question about a large text by writing one program \
+per iteration in Rhai (a small scripting language like JavaScript and Rust: `let x = 1;`, \
+`if a { } else { }`, `for n in working { }`, `fn f(x) { }`, arrays `[1, 2]` with push, len, \
+filter(|x| ...), map(|x| ...), sort; maps `#{a: 1}` read as `m.a`; strings with contains, \
+index_of, sub_string, split, to_lower, len; `+` joins strings). The text is a tree: ABSTRACT \
+(the whole) > SUMMARY (a round or a section) > DETAILED (one chunk, condensed) > FULL (one \
+chunk, verbatim). Your program sees `question` (a string) and `working`, the working set \
+below: an array of maps #{id, level, label, text, read, score}, best first, `text` \
+shortened. It may call only these functions (nothing else exists: no files, network, \
+printing, eval or import):\n\
+- grep(pattern, level, limit): search `level` (\"summary\", \"detailed\" or \"full\") beneath \
+the working set; an array of #{id, level, label, score, text}.\n\
+- search(query, limit): the same over the whole text (detailed and full).\n\
+- peek(id): #{id, level, label, text}, the whole text of one node.\n\
+- children(id): the nodes one level below, as maps like peek's.\n\
+- llm_query(prompt): a helper model's answer (a string); llm_batch(prompts): many at once, \
+an array of strings in order.\n\
+- final(answer, ids): ends the program: `answer` is a sentence copied exactly from the \
+text of the nodes `ids`.\n\
+The program must end with a map: #{selected_ids: [ids to keep exploring, best first], \
+extracted: [#{id: \"n4\", quote: \"one sentence copied exactly from node n4's text\"}], \
+confidence: 0.0 to 1.0, stop: true when the extracted quotes answer the question}. Ids are \
+the `id` fields you were given (n1, n2, ...). Quote FULL nodes where you can. Reply with the \
+program only.";
+
+/// The per-iteration prompt of code mode (`strategy = code`): `state` as for
+/// [`navigate`]; the reply is one Rhai program (run by `strata::script`).
+pub fn code(state: &str) -> ChatRequest {
+    ChatRequest {
+        system: CODE_SYSTEM.to_string(),
+        user: state.to_string(),
+        schema: None,
+        max_tokens: 1200,
+    }
+}
+
+const HELPER_SYSTEM: &str = "You are a helper inside a program that answers questions \
+about a text. Follow the instruction; use only what it gives you. Answer in at most 80 \
+words; copy numbers, dates and names exactly.";
+
+/// One `llm_query` (or one prompt of an `llm_batch`) of a code-mode program.
+pub fn helper(prompt: &str) -> ChatRequest {
+    ChatRequest {
+        system: HELPER_SYSTEM.to_string(),
+        user: prompt.to_string(),
+        schema: None,
+        max_tokens: 200,
+    }
+}
+
 const PARTITION_SYSTEM: &str = "You read one passage and follow an instruction about it. \
 Use only the passage. Answer in at most 60 words; copy numbers, dates and names exactly. If \
 the passage does not say, answer exactly: not mentioned.";

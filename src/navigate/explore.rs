@@ -2,7 +2,7 @@
 //! `narrow_to`, `finish`) with their safeguards and accounting. A policy decides which to
 //! call; every search goes through the corpus's one retrieval seam.
 
-use super::{Citation, QueryResult, Step};
+use super::{Budget, Budgets, Citation, QueryResult, Step};
 use crate::config::QueryConfig;
 use crate::corpus::{Corpus, Place, Question, Search, Trees};
 use crate::error::Result;
@@ -38,6 +38,14 @@ impl Cited {
     }
 }
 
+/// How a run ended (see [`QueryResult::outcome`]).
+struct Ending {
+    max_iterations_reached: bool,
+    limit_hit: Option<String>,
+    budgets: Budgets,
+    outcome: String,
+}
+
 /// The primitives, with their safeguards and accounting.
 pub(crate) struct Explorer<'a> {
     pub(super) corpus: Corpus<'a>,
@@ -59,6 +67,13 @@ pub(crate) struct Explorer<'a> {
     /// The iterations and tokens spent before the current policy took over (see
     /// [`Explorer::restart`]): budgets apply to each policy's own spending.
     pub(super) spent_before: (u32, u64),
+    /// What the policies before the current one spent of their own budgets at most
+    /// (iterations, tokens) and whether one stopped for lack of narrowing: how a run that
+    /// fell back ended is reported from them too.
+    earlier: (u32, u64, bool),
+    /// The limit that made a policy take its last turn (`max_iterations`, `max_tokens`,
+    /// `no_narrowing`), kept across a fallback.
+    pub(super) forced: Option<&'static str>,
     /// Dense retrieval, when the engine has an embedder: every search is hybrid.
     pub(super) dense: Option<Dense>,
     /// When navigation began (steps carry their time since).
@@ -84,6 +99,8 @@ impl<'a> Explorer<'a> {
             drafts: Vec::new(),
             no_narrowing: 0,
             spent_before: (0, 0),
+            earlier: (0, 0, false),
+            forced: None,
             dense: corpus.dense(),
             started: std::time::Instant::now(),
         }
@@ -154,7 +171,7 @@ impl<'a> Explorer<'a> {
     }
 
     /// Iterations the current policy has made.
-    fn own_iterations(&self) -> u32 {
+    pub(super) fn own_iterations(&self) -> u32 {
         self.iterations - self.spent_before.0
     }
 
@@ -402,6 +419,7 @@ impl<'a> Explorer<'a> {
                 citations.len()
             ),
         );
+        let ending = self.ending(!citations.is_empty());
         Ok(QueryResult {
             answer: quotes.join(" … "),
             ready,
@@ -419,7 +437,69 @@ impl<'a> Explorer<'a> {
             tokens_processed: self.tokens,
             trajectory: self.trajectory,
             usage: Default::default(),
+            max_iterations_reached: ending.max_iterations_reached,
+            limit_hit: ending.limit_hit,
+            budgets: ending.budgets,
+            outcome: ending.outcome,
         })
+    }
+
+    /// How the run ended: the budget it ran out of (of any policy it ran, a fallback's
+    /// included), used against limit, and one plain sentence.
+    fn ending(&self, answered: bool) -> Ending {
+        let mut iterations = Budget {
+            used: self.own_iterations().max(self.earlier.0) as u64,
+            limit: self.cfg.max_iterations as u64,
+        };
+        if self.forced == Some("max_iterations") {
+            // The turn the policy was told was its last is an iteration it used.
+            iterations.used = iterations.used.max(iterations.limit);
+        }
+        let tokens = Budget {
+            used: self.own_tokens().max(self.earlier.1),
+            limit: self.cfg.max_tokens,
+        };
+        let sub_calls = Budget {
+            used: self.sub_calls as u64,
+            limit: self.cfg.max_sub_calls as u64,
+        };
+        let spent = |b: &Budget| b.used >= b.limit;
+        let hit = if spent(&iterations) {
+            Some(("max_iterations", "the iteration limit", &iterations))
+        } else if spent(&tokens) {
+            Some(("max_tokens", "the token budget", &tokens))
+        } else if spent(&sub_calls) {
+            Some(("max_sub_calls", "the sub-call budget", &sub_calls))
+        } else {
+            None
+        };
+        let no_narrowing =
+            self.no_narrowing >= 2 || self.earlier.2 || self.forced == Some("no_narrowing");
+        let found = if answered {
+            "answered from what was gathered"
+        } else {
+            "nothing was found that answers the question"
+        };
+        let outcome = match (hit, no_narrowing) {
+            (Some((_, what, b)), _) => {
+                format!("stopped at {what} ({} of {}): {found}", b.used, b.limit)
+            }
+            (None, true) => format!("stopped after two iterations without narrowing: {found}"),
+            (None, false) if answered => "answered within its budgets".to_string(),
+            (None, false) => format!("{found} within its budgets"),
+        };
+        Ending {
+            max_iterations_reached: spent(&iterations),
+            limit_hit: hit
+                .map(|(name, ..)| name.to_string())
+                .or_else(|| no_narrowing.then(|| "no_narrowing".to_string())),
+            budgets: Budgets {
+                iterations,
+                tokens,
+                sub_calls,
+            },
+            outcome,
+        }
     }
 
     /// Runs `f` as if on a fresh explorer over the same trees — the working set the trees'
@@ -455,6 +535,11 @@ impl<'a> Explorer<'a> {
     /// so far (trajectory, history, examined nodes, tokens, sub-calls, iterations) stays
     /// and is reported with the new policy's result.
     pub(crate) fn restart(mut self) -> Self {
+        self.earlier = (
+            self.earlier.0.max(self.own_iterations()),
+            self.earlier.1.max(self.own_tokens()),
+            self.earlier.2 || self.no_narrowing >= 2,
+        );
         self.working = self
             .trees
             .plans

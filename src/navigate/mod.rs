@@ -64,4 +64,32 @@ pub struct QueryResult {
     pub trajectory: Vec<Step>,
     /// Model calls, tokens and cost of this query (builds it triggered included).
     pub usage: crate::model::Usage,
+    /// The navigation used up its iterations (of the policy that hit the limit: a
+    /// fallback policy has budgets of its own).
+    pub max_iterations_reached: bool,
+    /// What ended the run when it did not end on its own: `max_iterations`, `max_tokens`,
+    /// `max_sub_calls`, or `no_narrowing` (two iterations without narrowing); `null` when
+    /// the policy finished within its budgets.
+    pub limit_hit: Option<String>,
+    /// Each budget, used against its limit.
+    pub budgets: Budgets,
+    /// One plain sentence on how the run ended: "answered within its budgets", "stopped at
+    /// the iteration limit (6 of 6): answered from what was gathered", "...: nothing was
+    /// found that answers the question".
+    pub outcome: String,
+}
+
+/// Used against limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Budget {
+    pub used: u64,
+    pub limit: u64,
+}
+
+/// A query's budgets (`query.max_iterations`, `query.max_tokens`, `query.max_sub_calls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Budgets {
+    pub iterations: Budget,
+    pub tokens: Budget,
+    pub sub_calls: Budget,
 }

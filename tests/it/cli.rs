@@ -78,10 +78,14 @@ fn cli_end_to_end_with_json() {
         keys,
         [
             "answer",
+            "budgets",
             "citations",
             "confidence",
             "iterations",
+            "limit_hit",
+            "max_iterations_reached",
             "nodes_examined",
+            "outcome",
             "ready",
             "refinement_history",
             "sub_calls_made",
@@ -90,6 +94,11 @@ fn cli_end_to_end_with_json() {
             "usage"
         ]
     );
+    // How the run ended: the offline navigator answers within its budgets.
+    assert_eq!(v["outcome"], "answered within its budgets");
+    assert_eq!(v["max_iterations_reached"], false);
+    assert!(v["limit_hit"].is_null());
+    assert_eq!(v["budgets"]["iterations"]["limit"], 6);
     // The offline navigator calls no model.
     assert_eq!(v["usage"]["calls"], 0);
     assert!(v["usage"]["by_model"].as_object().unwrap().is_empty());

@@ -20,6 +20,7 @@ mod postgres;
 mod props;
 mod reduce;
 mod replicas;
+mod script;
 mod server;
 mod support;
 mod trace;

@@ -36,6 +36,10 @@ enum Kind {
     Partition,
     /// A set answer's fan-out: which of the numbered passages answer.
     SetSupport,
+    /// Code mode: the reply is a Rhai program.
+    Code,
+    /// A code-mode program's `llm_query` / `llm_batch`.
+    Helper,
 }
 
 #[derive(Clone, Debug)]
@@ -113,6 +117,8 @@ fn kind_of(body: &Value) -> (Kind, String) {
         Some("action") => Kind::Action,
         Some("set_support") => Kind::SetSupport,
         _ if system.starts_with("You read one passage") => Kind::Partition,
+        _ if system.contains("writing one program") => Kind::Code,
+        _ if system.starts_with("You are a helper inside a program") => Kind::Helper,
         _ if user.starts_with("Rewrite the passage") => Kind::Detailed,
         _ if user.starts_with("Summarise the passages") => Kind::Summary,
         _ if user.starts_with("The passages below summarise") => Kind::Abstract,
@@ -208,6 +214,7 @@ async fn chat(State(mock): State<Arc<Mock>>, axum::Json(body): axum::Json<Value>
         let name = match kind {
             Kind::Partition => "partition",
             Kind::SetSupport => "set_support",
+            Kind::Helper => "helper",
             _ => "other",
         };
         let e = m.entry(name).or_insert(0);
@@ -245,8 +252,10 @@ fn serve(rt: &tokio::runtime::Runtime) -> (Arc<Mock>, String) {
 fn good(c: &Call) -> Reply {
     match c.kind {
         Kind::Detailed | Kind::Summary | Kind::Abstract => Reply::Text(extract(c)),
-        Kind::Partition => Reply::Text("not mentioned".into()),
-        Kind::Intent | Kind::Action | Kind::SetSupport => panic!("no navigation script"),
+        Kind::Partition | Kind::Helper => Reply::Text("not mentioned".into()),
+        Kind::Intent | Kind::Action | Kind::SetSupport | Kind::Code => {
+            panic!("no navigation script")
+        }
     }
 }
 
@@ -1645,6 +1654,218 @@ fn a_quote_of_sentences_glued_together_cites_each_one() {
         "{steps}"
     );
     assert_eq!(r.usage.fallbacks, 0, "{steps}");
+}
+
+// ---------------------------------------------------------------- code mode
+
+fn code_cfg(url: &str) -> Config {
+    let mut c = nav_cfg(url);
+    c.query.strategy = strata::config::Strategy::Code;
+    c
+}
+
+/// The first program: grep the FULL chunks beneath the working set, keep the hits (and an
+/// id that does not exist), answer nothing yet.
+const FIRST_PROGRAM: &str = r#"Here is my program:
+```rhai
+let hits = grep("Eastgate households car", "full", 4);
+#{ selected_ids: hits.map(|h| h.id) + ["n999"], extracted: [], confidence: 0.2, stop: false,
+   hypothesis: "the answer is in a FULL chunk about Eastgate" }
+```"#;
+
+/// The second program: read every node of the working set, ask the helper about each at
+/// once, and quote the sentence holding "41%".
+const SECOND_PROGRAM: &str = r#"
+let notes = llm_batch(working.map(|w| "Does this say how many households own no car? " + w.text));
+let found = [];
+for w in working {
+    let n = peek(w.id);
+    if n.text.contains("41%") { found.push(n); }
+}
+if found.is_empty() {
+    #{ selected_ids: [], extracted: [], confidence: 0.0, stop: false }
+} else {
+    let t = found[0].text;
+    let from = t.index_of("In Eastgate");
+    let s = t.sub_string(from);
+    let q = s.sub_string(0, s.index_of(".") + 1);
+    #{ selected_ids: [found[0].id], extracted: [#{ id: found[0].id, quote: q }],
+       confidence: 0.9, stop: true, hypothesis: "41% of Eastgate households have no car" }
+}
+"#;
+
+#[test]
+fn code_mode_runs_one_program_per_iteration_and_cites_exact_spans() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| match c.kind {
+        Kind::Code if turn(&c.user) == 1 => Reply::Text(FIRST_PROGRAM.into()),
+        Kind::Code => Reply::Text(SECOND_PROGRAM.into()),
+        _ => good(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(code_cfg(&url), dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(r.ready, "{r:#?}");
+    assert_eq!(r.citations.len(), 1);
+    assert_eq!(
+        r.citations[0].quote,
+        "In Eastgate 41% of households do not own a car, and buses there take 52 minutes to reach the centre."
+    );
+    assert_eq!(r.citations[0].speaker.as_deref(), Some("alice"));
+    assert_eq!(r.answer, r.citations[0].quote);
+    // Two programs, no intent call, one helper call per working-set node, concurrently.
+    assert_eq!(mock.requests(Kind::Code), 2);
+    assert_eq!(mock.requests(Kind::Intent) + mock.requests(Kind::Action), 0);
+    let helpers = mock.requests(Kind::Helper);
+    assert!(helpers >= 2, "{helpers}");
+    assert_eq!(r.sub_calls_made as usize, helpers);
+    let programs: Vec<&str> = r
+        .trajectory
+        .iter()
+        .filter(|s| s.action == "program")
+        .map(|s| s.detail.as_str())
+        .collect();
+    assert_eq!(programs.len(), 2, "{programs:?}");
+    assert!(programs[1].contains("stop true"), "{programs:?}");
+    // The id that does not exist was dropped and reported.
+    assert!(
+        r.trajectory
+            .iter()
+            .any(|s| s.action == "invalid" && s.detail.contains("n999")),
+        "{:#?}",
+        r.trajectory
+    );
+    assert!(r.trajectory.iter().any(|s| s.action == "llm_batch"));
+    assert!(
+        r.trajectory
+            .iter()
+            .any(|s| s.action == "peek" && s.detail.starts_with("program:"))
+    );
+    assert_eq!(r.usage.fallbacks, 0);
+    assert_eq!(r.usage.invalid_outputs, 1);
+    assert!(!r.max_iterations_reached && r.limit_hit.is_none(), "{r:#?}");
+    assert_eq!(r.outcome, "answered within its budgets");
+}
+
+#[test]
+fn code_mode_falls_back_when_programs_fail() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let q = "What share of Eastgate households do not own a car?";
+    let offline_answer = {
+        let mut c = cfg(&url);
+        c.model = Default::default();
+        query(&rt, &engine(c, dir.path()), q)
+    };
+    // A program that never ends, then one that reaches for a file.
+    mock.set(|c| match c.kind {
+        Kind::Code if turn(&c.user) == 1 => Reply::Text("let i = 0; loop { i += 1; }".into()),
+        Kind::Code => Reply::Text("open(\"/etc/passwd\")".into()),
+        _ => good(c),
+    });
+    let e = engine(code_cfg(&url), dir.path());
+    let r = query(&rt, &e, q);
+    assert_eq!(r.citations, offline_answer.citations);
+    assert_eq!(r.usage.fallbacks, 1);
+    assert_eq!(r.usage.invalid_outputs, 2);
+    let failed: Vec<&str> = r
+        .trajectory
+        .iter()
+        .filter(|s| s.action == "program")
+        .map(|s| s.detail.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "failed: the script exceeded its limit of 1000000 operations",
+            "failed: the script called `open (&str | ImmutableString | String)`, which does not exist in the sandbox"
+        ]
+    );
+    assert!(
+        r.refinement_history
+            .iter()
+            .any(|h| h.contains("programs failed") && h.contains("answered by the offline policy")),
+        "{:#?}",
+        r.refinement_history
+    );
+    // The model was told what went wrong.
+    let log = mock.log.lock().unwrap();
+    let second = log.iter().filter(|l| l.kind == Kind::Code).nth(1).unwrap();
+    assert!(
+        second
+            .body
+            .to_string()
+            .contains("Your program failed: the script exceeded its limit"),
+        "{}",
+        second.body
+    );
+}
+
+/// Ending honestly: a model that keeps exploring and never says stop is stopped by the
+/// iteration limit; the answer comes from what it gathered (its draft), not ready, and the
+/// result says which limit ended it.
+#[test]
+fn a_run_that_runs_out_of_iterations_says_so_and_answers_from_what_it_gathered() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let keep_looking = r#"
+let found = [];
+for w in working { if w.level == "full" && w.text.contains("41%") { found.push(w); } }
+let ids = if found.is_empty() { grep("Eastgate car", "full", 3).map(|h| h.id) } else { [found[0].id] };
+let ex = if found.is_empty() { [] } else { ["In Eastgate 41% of households do not own a car"] };
+#{ selected_ids: ids, extracted: ex, confidence: 0.4, stop: false }
+"#;
+    mock.set(move |c| match c.kind {
+        Kind::Code => Reply::Text(keep_looking.into()),
+        _ => good(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = code_cfg(&url);
+    cfg.query.max_iterations = 3;
+    let e = engine(cfg, dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(r.citations[0].quote.contains("41%"), "{r:#?}");
+    assert!(!r.ready);
+    assert!(r.max_iterations_reached, "{r:#?}");
+    assert_eq!(r.limit_hit.as_deref(), Some("max_iterations"));
+    assert_eq!(
+        (r.budgets.iterations.used, r.budgets.iterations.limit),
+        (3, 3)
+    );
+    assert_eq!(
+        r.outcome,
+        "stopped at the iteration limit (3 of 3): answered from what was gathered"
+    );
+    assert_eq!(r.usage.fallbacks, 0);
+    assert_eq!(mock.requests(Kind::Code), 3);
+}
+
+/// Nothing to find: the run says so plainly, with an empty answer.
+#[test]
+fn a_run_that_finds_nothing_says_so() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(|c| match c.kind {
+        Kind::Code => {
+            Reply::Text("#{ selected_ids: [], extracted: [], confidence: 0.0, stop: true }".into())
+        }
+        _ => good(c),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(code_cfg(&url), dir.path());
+    let r = query(&rt, &e, "Which zeppelin did the quartermaster requisition?");
+    assert!(r.citations.is_empty() && r.answer.is_empty(), "{r:#?}");
+    assert!(r.outcome.contains("nothing was found"), "{}", r.outcome);
 }
 
 /// The engine's futures cross threads (the server spawns them).

@@ -141,6 +141,59 @@ fn confidence_is_clamped_and_only_verified_spans_are_cited() {
 }
 
 #[test]
+fn a_result_says_how_the_run_ended() {
+    let e = engine(2);
+    let f = fulls(&explorer(&e));
+    let plan = e.plan("notes").unwrap();
+    let c = &plan.chunks[1];
+    let good = Cited {
+        node: f[1],
+        start: c.start,
+        end: c.start + PARAGRAPHS[1].len() as u64,
+    };
+    let r = explorer(&e).finish(vec![good], 0.9).unwrap();
+    assert_eq!(
+        (r.max_iterations_reached, r.limit_hit.as_deref()),
+        (false, None)
+    );
+    assert_eq!(r.outcome, "answered within its budgets");
+    assert_eq!(r.budgets.iterations, Budget { used: 0, limit: 6 });
+    // The iteration budget spent: said so, with what was gathered or without.
+    let mut ex = explorer(&e);
+    ex.cfg.max_iterations = 1;
+    ex.narrow_to(f.iter().map(|id| (*id, 1.0)).collect(), 2, "test");
+    assert!(ex.exhausted());
+    let r = ex.finish(vec![good], 0.9).unwrap();
+    assert!(r.max_iterations_reached);
+    assert_eq!(r.limit_hit.as_deref(), Some("max_iterations"));
+    assert_eq!(
+        r.outcome,
+        "stopped at the iteration limit (1 of 1): answered from what was gathered"
+    );
+    let mut ex = explorer(&e);
+    ex.cfg.max_tokens = 10;
+    ex.working = f.iter().map(|id| (*id, 0.0)).collect();
+    ex.peek(&f).unwrap();
+    let r = ex.finish(Vec::new(), 0.9).unwrap();
+    assert_eq!(r.limit_hit.as_deref(), Some("max_tokens"));
+    assert!(
+        r.outcome.starts_with("stopped at the token budget (")
+            && r.outcome
+                .ends_with("): nothing was found that answers the question"),
+        "{}",
+        r.outcome
+    );
+    assert!(r.answer.is_empty());
+    // A fallback policy has budgets of its own, but the result still says the first
+    // one ran out.
+    let mut ex = explorer(&e);
+    ex.cfg.max_iterations = 1;
+    ex.narrow_to(f.iter().map(|id| (*id, 1.0)).collect(), 2, "test");
+    let r = ex.restart().finish(vec![good], 0.9).unwrap();
+    assert!(r.max_iterations_reached);
+}
+
+#[test]
 fn rank_keeps_every_id_hits_first_and_records_a_step() {
     let e = engine(2);
     let mut ex = explorer(&e);

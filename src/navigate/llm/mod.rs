@@ -27,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 
 mod actions;
 mod check;
+mod code;
 mod quote;
 mod reply;
 mod set;
@@ -36,6 +37,8 @@ use check::{Evidence, Verdict};
 use quote::Resolved;
 
 use reply::{Action, Intent, QuoteRef, Turn, parse_json, salvage};
+
+pub(crate) use code::run as run_code;
 
 /// Working-set entries shown to the model per turn (the rest are listed as a count).
 const SHOWN: usize = 30;
@@ -201,11 +204,22 @@ impl<'e, 'a> Nav<'e, 'a> {
         Ok(())
     }
 
-    /// True when this turn must finish: a budget is spent or this is the last iteration.
-    fn last_turn(&self) -> bool {
-        self.ex.exhausted()
-            || self.ex.iterations + 1 >= self.ex.cfg.max_iterations
-            || self.ex.budget_left() == 0
+    /// True when this turn must finish: a budget is spent or this is the last iteration
+    /// (the limit is noted: the result says what ended the run).
+    fn last_turn(&mut self) -> bool {
+        let forced = if self.ex.no_narrowing >= 2 {
+            Some("no_narrowing")
+        } else if self.ex.own_iterations() + 1 >= self.ex.cfg.max_iterations {
+            Some("max_iterations")
+        } else if self.ex.budget_left() == 0 {
+            Some("max_tokens")
+        } else {
+            None
+        };
+        if forced.is_some() {
+            self.ex.forced = forced;
+        }
+        forced.is_some()
     }
 
     /// Shows the model the state and reads its next action. A reply that cannot be used

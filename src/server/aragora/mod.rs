@@ -24,7 +24,7 @@ use crate::jobs::{Job, JobOutcome, JobState};
 use crate::level::Level;
 use crate::metrics::{Compression, Metrics, QUERY_TYPES, QueryEvent, SOURCE_TYPES};
 use crate::model::Usage;
-use crate::navigate::{Citation, QueryResult, Step};
+use crate::navigate::{Budgets, Citation, QueryResult, Step};
 use crate::node::NodeId;
 use crate::store::ScopeKind;
 use axum::Json;

@@ -120,6 +120,15 @@ pub(in crate::server) struct QueryResponse {
     pub(in crate::server) strategy: String,
     pub(in crate::server) start_level: String,
     pub(in crate::server) max_iterations: u32,
+    /// How the run ended: the navigation used up its iterations.
+    pub(in crate::server) max_iterations_reached: bool,
+    /// The budget that ended it (`max_iterations`, `max_tokens`, `max_sub_calls`,
+    /// `no_narrowing`), `null` when it finished within them.
+    pub(in crate::server) limit_hit: Option<String>,
+    /// Each budget, used against its limit.
+    pub(in crate::server) budgets: Budgets,
+    /// One plain sentence on how the run ended (says so when nothing was found).
+    pub(in crate::server) outcome: String,
 }
 
 impl QueryResponse {
@@ -141,6 +150,10 @@ impl QueryResponse {
             strategy: cfg.strategy.to_string(),
             start_level: upper(cfg.start_level),
             max_iterations: cfg.max_iterations,
+            max_iterations_reached: r.max_iterations_reached,
+            limit_hit: r.limit_hit,
+            budgets: r.budgets,
+            outcome: r.outcome,
         }
     }
 }

@@ -54,6 +54,11 @@ fn describe(s: Strategy) -> (&'static str, &'static str, &'static str) {
             "Down the pre-built tree: ABSTRACT, groups by the evidence beneath them, chunks within the groups",
             "Complex documents, iterative exploration",
         ),
+        Strategy::Code => (
+            "Code",
+            "The root model writes one sandboxed Rhai program per iteration that evaluates the whole working set (grep, peek, children, search, llm_query, llm_batch); without a root model, the hierarchical descent",
+            "Questions that need many nodes compared or filtered at once",
+        ),
     }
 }
 
