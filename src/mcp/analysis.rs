@@ -1,10 +1,18 @@
 //! `execute_analysis`: a sandboxed script over the session's segments and sub-query
-//! results. This module checks the arguments and gathers the inputs the script sees; the
-//! sandbox (issue 11, item 2: a rhai engine with operation, depth, size and time limits) is
-//! not part of this build, so a call that passes every check says so.
+//! results. This module checks the arguments, gathers the inputs the script sees (the
+//! constants `segments` and `sub_queries`) and runs it in [`crate::script`] (Rhai with
+//! operation, depth, size, call and wall-time limits; no files, network, processes or
+//! modules). Its primitives are answered here: `grep` and `search` over the segments'
+//! scopes, `peek` and `children` of live nodes, `llm_query` / `llm_batch` through the
+//! engine's sub-model (concurrent, under the shared limiter); `final(answer, ids)` ends it.
 
-use super::ToolError;
 use super::session::Session;
+use super::{ToolError, blocking, provenance_time};
+use crate::engine::Engine;
+use crate::level::Level;
+use crate::model::prompts;
+use crate::node::NodeId;
+use crate::script::{self, BoxFuture, Call, Host, Limits, ScriptError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -40,6 +48,9 @@ pub(crate) struct Inputs {
     pub(crate) data: Value,
     pub(crate) max_operations: u64,
     pub(crate) timeout_ms: u64,
+    /// The scopes of the segments given (where `grep` and `search` look; none = every
+    /// scope).
+    pub(crate) scopes: Vec<String>,
 }
 
 /// Checks the arguments and gathers the inputs (unknown ids are invalid arguments).
@@ -60,9 +71,13 @@ pub(crate) fn inputs(session: &Session, a: &ExecuteAnalysis) -> Result<Inputs, T
         )));
     }
     let mut segments = Map::new();
+    let mut scopes: Vec<String> = Vec::new();
     for id in &a.segments {
         let seg = session.segment(id)?;
         segments.insert(seg.id.clone(), json!(seg.items));
+        if !scopes.contains(&seg.scope) {
+            scopes.push(seg.scope.clone());
+        }
     }
     let mut sub_queries = Map::new();
     for id in &a.sub_queries {
@@ -73,18 +88,158 @@ pub(crate) fn inputs(session: &Session, a: &ExecuteAnalysis) -> Result<Inputs, T
         data: json!({ "segments": segments, "sub_queries": sub_queries }),
         max_operations,
         timeout_ms,
+        scopes,
     })
 }
 
-/// Runs `execute_analysis`.
-pub(crate) fn execute_analysis(session: &Session, a: ExecuteAnalysis) -> Result<Value, ToolError> {
+/// Runs `execute_analysis`: the script's value (or its `final` answer and ids), what it
+/// used, and the provenance. A script that breaks a limit or fails is a tool error naming
+/// why, in one line; nothing it did is kept.
+pub(crate) async fn execute_analysis(
+    engine: &Engine,
+    session: &Session,
+    a: ExecuteAnalysis,
+    now: u64,
+) -> Result<Value, ToolError> {
     let inputs = inputs(session, &a)?;
+    let limits = Limits {
+        max_operations: inputs.max_operations,
+        wall_time: std::time::Duration::from_millis(inputs.timeout_ms),
+        ..Limits::default()
+    };
+    let Value::Object(bindings) = inputs.data.clone() else {
+        unreachable!("inputs are an object")
+    };
+    let mut host = Primitives {
+        engine,
+        scopes: inputs.scopes.clone(),
+        now,
+        sub_calls: 0,
+    };
+    let out = script::run(&a.script, &bindings, &limits, &mut host)
+        .await
+        .map_err(|e| match e {
+            ScriptError::Invalid(_) => ToolError::Invalid(e.to_string()),
+            e => ToolError::Failed(e.to_string()),
+        })?;
     let n = |k: &str| inputs.data[k].as_object().map_or(0, Map::len);
-    Err(ToolError::Failed(format!(
-        "execute_analysis is not available in this build: the script sandbox is not compiled in (the arguments were checked: {} segment(s), {} sub-query result(s), limits {} operations and {} ms)",
-        n("segments"),
-        n("sub_queries"),
-        inputs.max_operations,
-        inputs.timeout_ms
-    )))
+    Ok(json!({
+        "value": out.value,
+        "final": out.final_answer.map(|f| json!({"answer": f.answer, "ids": f.ids})),
+        "operations": out.operations,
+        "primitive_calls": out.calls,
+        "sub_calls": host.sub_calls,
+        "elapsed_ms": out.elapsed_ms,
+        "provenance": {
+            "segments": n("segments"),
+            "sub_queries": n("sub_queries"),
+            "scopes": inputs.scopes,
+            "limits": {"max_operations": inputs.max_operations, "timeout_ms": inputs.timeout_ms},
+            "timestamp": provenance_time(now),
+        },
+    }))
+}
+
+/// A script's primitives, answered from the engine.
+struct Primitives<'e> {
+    engine: &'e Engine,
+    scopes: Vec<String>,
+    now: u64,
+    sub_calls: u32,
+}
+
+impl Primitives<'_> {
+    fn node_id(id: &str) -> Result<NodeId, String> {
+        NodeId::from_hex(id).ok_or_else(|| format!("`{}` is not a node id", id.escape_debug()))
+    }
+
+    fn search(&self, pattern: &str, levels: &[Level], limit: usize) -> Result<Value, String> {
+        let hits = blocking(|| {
+            self.engine
+                .grep(&self.scopes, pattern, levels, limit, self.now)
+        })
+        .map_err(|e| e.to_string())?;
+        let ids: Vec<NodeId> = hits
+            .iter()
+            .filter_map(|h| NodeId::from_hex(&h.id))
+            .collect();
+        let nodes = self
+            .engine
+            .live_nodes(&ids, self.now)
+            .map_err(|e| e.to_string())?;
+        Ok(hits
+            .into_iter()
+            .zip(nodes)
+            .map(|(h, n)| {
+                let mut v = serde_json::to_value(&h).expect("a hit serializes");
+                v["spans"] = json!(n.map(|n| n.citations).unwrap_or_default());
+                v
+            })
+            .collect())
+    }
+
+    fn peek(&self, id: &str) -> Result<Value, String> {
+        let nid = Self::node_id(id)?;
+        let n = self
+            .engine
+            .live_nodes(&[nid], self.now)
+            .map_err(|e| e.to_string())?
+            .pop()
+            .flatten()
+            .ok_or_else(|| format!("no live node `{id}`"))?;
+        Ok(json!({
+            "id": id,
+            "scope": n.scope,
+            "level": n.level,
+            "text": n.text,
+            "tokens": n.tokens,
+            "children": n.children.iter().map(NodeId::to_hex).collect::<Vec<_>>(),
+            "spans": n.citations,
+        }))
+    }
+
+    async fn llm(&mut self, prompts_: Vec<String>) -> Result<Vec<Value>, String> {
+        let model = self.engine.sub_chat().ok_or(
+            "no model to ask: start strata mcp with --model (or --root-model) and --base-url",
+        )?;
+        let calls = prompts_.iter().map(|p| model.chat(prompts::helper(p)));
+        // Concurrent; the engine's shared limiter caps how many are in flight.
+        let replies = futures::future::join_all(calls).await;
+        self.sub_calls += prompts_.len() as u32;
+        Ok(replies
+            .into_iter()
+            .map(|r| r.map_or(Value::Null, |r| Value::String(r.text.trim().to_string())))
+            .collect())
+    }
+}
+
+impl Host for Primitives<'_> {
+    fn call(&mut self, call: Call) -> BoxFuture<'_, Result<Value, String>> {
+        Box::pin(async move {
+            match call {
+                Call::Grep {
+                    pattern,
+                    level,
+                    limit,
+                } => {
+                    let levels = match level {
+                        Some(l) => vec![l.parse::<Level>().map_err(|e| e.to_string())?],
+                        None => Vec::new(),
+                    };
+                    self.search(&pattern, &levels, limit)
+                }
+                Call::Search { query, limit } => self.search(&query, &[], limit),
+                Call::Peek { id } => self.peek(&id),
+                Call::Children { id } => {
+                    let node = self.peek(&id)?;
+                    Ok(node["children"].clone())
+                }
+                Call::LlmQuery { prompt } => match self.llm(vec![prompt]).await?.pop() {
+                    Some(Value::Null) | None => Err("the model call failed".into()),
+                    Some(v) => Ok(v),
+                },
+                Call::LlmBatch { prompts } => self.llm(prompts).await.map(Value::from),
+            }
+        })
+    }
 }

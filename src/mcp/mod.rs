@@ -184,14 +184,17 @@ impl Strata {
 
     #[tool(
         input_schema = schema::<analysis::ExecuteAnalysis>(),
-        description = "Run a sandboxed Rhai script over loaded segments and sub-query results, with operation and time limits; the script's last expression is the answer."
+        description = "Run a sandboxed Rhai script over loaded segments and sub-query results (the constants `segments`: id → items, and `sub_queries`: id → result), with operation and time limits. It may call grep(pattern, level, limit), search(query, limit), peek(id), children(id), llm_query(prompt), llm_batch([prompts]) and final(answer, ids), nothing else (no files, network, processes or modules). Returns the script's last expression (or its final answer), operations, calls and time used, and the provenance."
     )]
     async fn execute_analysis(
         &self,
         a: JsonObject,
     ) -> std::result::Result<CallToolResult, ErrorData> {
         let a = args(a)?;
-        answer(analysis::execute_analysis(&self.session, a))
+        answer(
+            analysis::execute_analysis(&self.engine, &self.session, a, crate::clock::unix_now())
+                .await,
+        )
     }
 
     #[tool(

@@ -337,16 +337,62 @@ fn an_agent_uses_every_tool_over_stdio() {
         "{e}"
     );
 
-    // execute_analysis: arguments checked against the session, then a plain refusal.
-    let e = mcp.tool_error(
+    // execute_analysis: a script over the segment (its items are alice's turns), with
+    // the engine's primitives; then scripts that break the sandbox's limits or reach for
+    // what it does not offer, each a one-line tool error.
+    let r = mcp.ok(
         "execute_analysis",
-        json!({"script": "1 + 1", "segments": ["seg-1"]}),
+        json!({"script": r#"
+            let items = segments["seg-1"];
+            let rounds = [];
+            for it in items { rounds.push(it.round); }
+            let hits = grep("Harbour Line", "full", 3);
+            let first = peek(hits[0].id);
+            #{ n: items.len(), first_round: rounds[0], speakers: items.map(|it| it.speaker).filter(|s| s != "alice").len(),
+               hit_level: first.level, hit_spans: first.spans.len(), children: children(first.id).len() }
+        "#, "segments": ["seg-1"]}),
     );
-    assert!(
-        e.starts_with("execute_analysis is not available in this build"),
-        "{e}"
+    assert_eq!(r["value"]["n"], json!(total), "{r}");
+    assert_eq!(r["value"]["first_round"], json!(1), "{r}");
+    assert_eq!(r["value"]["speakers"], json!(0), "{r}");
+    assert_eq!(r["value"]["hit_level"], json!("full"), "{r}");
+    assert_eq!(r["value"]["hit_spans"], json!(1), "{r}");
+    assert_eq!(r["value"]["children"], json!(0), "{r}");
+    assert_eq!(r["primitive_calls"], json!(3), "{r}");
+    assert_eq!(r["provenance"]["scopes"], json!(["debate"]), "{r}");
+    let r = mcp.ok(
+        "execute_analysis",
+        json!({"script": r#"final("two", ["a", "b"]); 99"#}),
     );
-    assert!(e.contains("1 segment(s)"), "{e}");
+    assert_eq!(
+        r["final"],
+        json!({"answer": "two", "ids": ["a", "b"]}),
+        "{r}"
+    );
+    for (script, limits, why) in [
+        (
+            "loop { }",
+            json!({"max_operations": 10000}),
+            "limit of 10000 operations",
+        ),
+        ("let s = \"x\"; loop { s += s; }", json!({}), "size limit"),
+        ("fn f(n) { f(n + 1) } f(0)", json!({}), "nesting limit"),
+        ("open(\"/etc/passwd\")", json!({}), "called `open"),
+        (
+            "eval(\"1\")",
+            json!({}),
+            "`eval`, which the sandbox does not offer",
+        ),
+        ("llm_query(\"hi\")", json!({}), "no model to ask"),
+    ] {
+        let mut args = json!({"script": script});
+        args.as_object_mut()
+            .unwrap()
+            .extend(limits.as_object().unwrap().clone());
+        let e = mcp.tool_error("execute_analysis", args);
+        assert!(e.contains(why), "{script}: {e}");
+        assert!(!e.contains('\n'), "{script}: {e}");
+    }
 
     // context: within budget, every node with its spans.
     let w = mcp.ok("context", json!({"scope": "debate", "budget": 400}));
@@ -644,11 +690,20 @@ fn sub_query_validates_retries_once_and_keeps_input_order() {
             .any(|(_, u)| u.starts_with("The figure bob gives in round 1: "))
     );
 
-    // The results stay in the session for execute_analysis.
-    let e = mcp.tool_error(
+    // The results stay in the session for execute_analysis: a script over both.
+    let a = mcp.ok(
         "execute_analysis",
-        json!({"script": "1", "sub_queries": ["sq-1", r["id"]]}),
+        json!({"script": r#"
+            let labels = sub_queries["sq-1"].results.filter(|o| o.ok).map(|o| o.output.label);
+            #{ labels: labels, extracted: sub_queries[SECOND].results.len() }
+        "#.replace("SECOND", &format!("{:?}", r["id"].as_str().unwrap())),
+          "sub_queries": ["sq-1", r["id"]]}),
     );
-    assert!(e.contains("2 sub-query result(s)"), "{e}");
+    assert_eq!(
+        a["value"],
+        json!({"labels": ["proposal", "objection", "other"], "extracted": r["results"].as_array().unwrap().len()}),
+        "{a}"
+    );
+    assert_eq!(a["provenance"]["sub_queries"], json!(2), "{a}");
     mcp.finish();
 }
