@@ -6,6 +6,7 @@
 //! scopes, `peek` and `children` of live nodes, `llm_query` / `llm_batch` through the
 //! engine's sub-model (concurrent, under the shared limiter); `final(answer, ids)` ends it.
 
+use super::read;
 use super::session::Session;
 use super::{ToolError, blocking, provenance_time};
 use crate::engine::Engine;
@@ -159,23 +160,9 @@ impl Primitives<'_> {
                 .grep(&self.scopes, pattern, levels, limit, self.now)
         })
         .map_err(|e| e.to_string())?;
-        let ids: Vec<NodeId> = hits
-            .iter()
-            .filter_map(|h| NodeId::from_hex(&h.id))
-            .collect();
-        let nodes = self
-            .engine
-            .live_nodes(&ids, self.now)
-            .map_err(|e| e.to_string())?;
-        Ok(hits
-            .into_iter()
-            .zip(nodes)
-            .map(|(h, n)| {
-                let mut v = serde_json::to_value(&h).expect("a hit serializes");
-                v["spans"] = json!(n.map(|n| n.citations).unwrap_or_default());
-                v
-            })
-            .collect())
+        read::with_spans(self.engine, hits, self.now)
+            .map(Value::from)
+            .map_err(|e| e.to_string())
     }
 
     fn peek(&self, id: &str) -> Result<Value, String> {
@@ -187,15 +174,7 @@ impl Primitives<'_> {
             .pop()
             .flatten()
             .ok_or_else(|| format!("no live node `{id}`"))?;
-        Ok(json!({
-            "id": id,
-            "scope": n.scope,
-            "level": n.level,
-            "text": n.text,
-            "tokens": n.tokens,
-            "children": n.children.iter().map(NodeId::to_hex).collect::<Vec<_>>(),
-            "spans": n.citations,
-        }))
+        Ok(read::node_json(id, &n))
     }
 
     async fn llm(&mut self, prompts_: Vec<String>) -> Result<Vec<Value>, String> {

@@ -3,9 +3,9 @@
 
 use super::{LevelName, ToolError, provenance_time};
 use crate::context::LevelChoice;
-use crate::engine::Engine;
+use crate::engine::{Engine, GrepHit};
 use crate::level::Level;
-use crate::node::NodeId;
+use crate::node::{Node, NodeId};
 use crate::progress::NoProgress;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -137,20 +137,7 @@ pub(crate) fn grep(engine: &Engine, a: Grep, now: u64) -> Result<Value, ToolErro
     }
     let levels: Vec<Level> = a.levels.iter().map(|l| l.level()).collect();
     let hits = engine.grep(&a.scopes, &a.pattern, &levels, limit, now)?;
-    let ids: Vec<NodeId> = hits
-        .iter()
-        .filter_map(|h| NodeId::from_hex(&h.id))
-        .collect();
-    let nodes = engine.live_nodes(&ids, now)?;
-    let hits: Vec<Value> = hits
-        .into_iter()
-        .zip(nodes)
-        .map(|(h, n)| {
-            let mut v = serde_json::to_value(&h).expect("a hit serializes");
-            v["spans"] = json!(n.map(|n| n.citations).unwrap_or_default());
-            v
-        })
-        .collect();
+    let hits = with_spans(engine, hits, now)?;
     Ok(json!({
         "hits": hits,
         "provenance": {
@@ -160,6 +147,42 @@ pub(crate) fn grep(engine: &Engine, a: Grep, now: u64) -> Result<Value, ToolErro
             "timestamp": provenance_time(now),
         },
     }))
+}
+
+/// Grep hits, each with the source spans of its node.
+pub(crate) fn with_spans(
+    engine: &Engine,
+    hits: Vec<GrepHit>,
+    now: u64,
+) -> crate::Result<Vec<Value>> {
+    let ids: Vec<NodeId> = hits
+        .iter()
+        .filter_map(|h| NodeId::from_hex(&h.id))
+        .collect();
+    let nodes = engine.live_nodes(&ids, now)?;
+    Ok(hits
+        .into_iter()
+        .zip(nodes)
+        .map(|(h, n)| {
+            let mut v = serde_json::to_value(&h).expect("a hit serializes");
+            v["spans"] = json!(n.map(|n| n.citations).unwrap_or_default());
+            v
+        })
+        .collect())
+}
+
+/// A node as `peek` shows it: text, level, children, metadata, source spans.
+pub(crate) fn node_json(id: &str, n: &Node) -> Value {
+    json!({
+        "id": id,
+        "scope": n.scope,
+        "level": n.level,
+        "text": n.text,
+        "tokens": n.tokens,
+        "children": n.children.iter().map(NodeId::to_hex).collect::<Vec<_>>(),
+        "meta": n.meta,
+        "spans": n.citations,
+    })
 }
 
 pub(crate) fn peek(engine: &Engine, a: Peek, now: u64) -> Result<Value, ToolError> {
@@ -203,16 +226,7 @@ fn peek_nodes(engine: &Engine, ids: &[String], now: u64) -> Result<Value, ToolEr
                 "no live node `{id}` (it never existed, or expired: ask again with ids from a fresh grep or load_corpus)"
             ))
         })?;
-        out.push(json!({
-            "id": id,
-            "scope": n.scope,
-            "level": n.level,
-            "text": n.text,
-            "tokens": n.tokens,
-            "children": n.children.iter().map(NodeId::to_hex).collect::<Vec<_>>(),
-            "meta": n.meta,
-            "spans": n.citations,
-        }));
+        out.push(node_json(id, &n));
     }
     Ok(json!({
         "nodes": out,
