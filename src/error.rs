@@ -77,4 +77,7 @@ pub enum ModelError {
     Truncated,
     #[error("{0}")]
     Failed(String),
+    /// The query was cancelled or ran out of time (see `navigate::Stop`).
+    #[error("stopped: {0}")]
+    Stopped(String),
 }

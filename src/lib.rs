@@ -69,7 +69,7 @@ pub use engine::{Engine, GcReport, GrepHit, IngestReport, ScopeStats, Stats, Vie
 pub use error::{Error, ModelError, Result};
 pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
-pub use navigate::{Budget, Budgets, Citation, QueryResult, Step};
+pub use navigate::{Budget, Budgets, Citation, QueryResult, Step, Stop};
 pub use node::{Node, NodeId, Span};
 pub use progress::{NoProgress, Progress};
 pub use store::{ScopeKind, Store};

@@ -108,6 +108,7 @@ fn run_command(
             scope,
             all,
             trace,
+            time_limit_ms,
             question,
         } => {
             let scopes: Vec<String> = if all {
@@ -115,7 +116,13 @@ fn run_command(
             } else {
                 scope.into_iter().collect()
             };
-            query(engine, rt, &scopes, &question, now, json, trace.as_deref())
+            let ask = Ask {
+                scopes: &scopes,
+                question: &question,
+                time_limit_ms,
+                trace: trace.as_deref(),
+            };
+            query(engine, rt, &ask, now, json)
         }
         Cmd::Trace { file, out } => trace(engine, &file, out),
         Cmd::Grep {
@@ -318,17 +325,47 @@ fn context(
 }
 
 /// `strata query`: an answer with citations (every scope when `scopes` is empty).
+/// What `strata query` was asked.
+struct Ask<'a> {
+    scopes: &'a [String],
+    question: &'a str,
+    time_limit_ms: Option<u64>,
+    trace: Option<&'a std::path::Path>,
+}
+
+/// `strata query`. The first Ctrl-C (or SIGTERM) stops the query, which answers from what
+/// it gathered; a second one quits at once (exit 130: nothing is lost, the store is
+/// crash-safe).
 fn query(
     engine: &Engine,
     rt: &tokio::runtime::Runtime,
-    scopes: &[String],
-    question: &str,
+    ask: &Ask<'_>,
     now: u64,
     json: bool,
-    trace: Option<&std::path::Path>,
 ) -> Result<()> {
+    let &Ask {
+        scopes,
+        question,
+        time_limit_ms,
+        trace,
+    } = ask;
     let bar = Bar::new();
-    let r = rt.block_on(engine.query(scopes, question, now, &bar))?;
+    let mut qcfg = engine.config().query.clone();
+    if let Some(ms) = time_limit_ms {
+        qcfg.time_limit_ms = ms;
+    }
+    let stop = strata::Stop::default();
+    let on_signal = stop.clone();
+    let watcher = rt.spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+        eprintln!("stopping: answering from what was gathered (again to quit now)");
+        shutdown_signal().await;
+        std::process::exit(130);
+    });
+    let r = rt.block_on(engine.query_until(scopes, question, &qcfg, now, &bar, stop));
+    watcher.abort();
+    let r = r?;
     if let Some(path) = trace {
         strata::trace::append(path, &strata::trace::records(question, scopes, &r, now))
             .with_context(|| format!("writing the trace to {}", path.display()))?;
@@ -363,6 +400,9 @@ fn query(
         r.tokens_processed,
         r.sub_calls_made
     );
+    if r.limit_hit.is_some() {
+        out!("{}", r.outcome);
+    }
     print_usage(&r.usage)
 }
 

@@ -115,6 +115,11 @@ pub struct Limits {
     pub max_source_bytes: usize,
     /// Wall time from start to result, primitive calls included.
     pub wall_time: Duration,
+    /// Bytes the process's resident memory may grow by while the script runs (0: no
+    /// check; Linux only, read from /proc every ~2 ms of running). The other limits bound
+    /// each value; this bounds what they cannot see, such as a map grown key by key by
+    /// index assignment, which rhai does not size-check.
+    pub max_memory_growth: u64,
 }
 
 impl Default for Limits {
@@ -130,6 +135,7 @@ impl Default for Limits {
             max_calls: 200,
             max_source_bytes: 64 << 10,
             wall_time: Duration::from_secs(10),
+            max_memory_growth: 512 << 20,
         }
     }
 }
@@ -372,6 +378,16 @@ struct Bridge {
     final_answer: Mutex<Option<Final>>,
     /// Why the script was terminated (a limit the engine does not know, or cancellation).
     stopped: Mutex<Option<ScriptError>>,
+    /// The memory check: the limit, the resident bytes at the start, the last check.
+    memory: Option<(u64, u64, Mutex<Instant>)>,
+}
+
+/// This process's resident memory in bytes (None where /proc is not there). Pages are
+/// taken as 4 KiB (on larger pages the figure reads low).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
 
 type Answer = Result<Dynamic, Box<EvalAltResult>>;
@@ -393,7 +409,41 @@ impl Bridge {
             operations: AtomicU64::new(0),
             final_answer: Mutex::new(None),
             stopped: Mutex::new(None),
+            memory: (limits.max_memory_growth > 0)
+                .then(resident_bytes)
+                .flatten()
+                .map(|start| (limits.max_memory_growth, start, Mutex::new(Instant::now()))),
         }
+    }
+
+    /// True when the process has grown past the memory limit since the script began
+    /// (checked at most every 2 ms; then the script is stopped with why).
+    fn out_of_memory(&self, now: Instant) -> bool {
+        let Some((limit, start, last)) = &self.memory else {
+            return false;
+        };
+        {
+            let mut last = last.lock().expect("poisoned");
+            if now.duration_since(*last) < Duration::from_millis(2) {
+                return false;
+            }
+            *last = now;
+        }
+        let Some(grown) = resident_bytes().map(|b| b.saturating_sub(*start)) else {
+            return false;
+        };
+        if grown <= *limit {
+            return false;
+        }
+        self.stopped
+            .lock()
+            .expect("poisoned")
+            .get_or_insert(ScriptError::TooLarge(format!(
+                "the process grew by {} MiB while the script ran (limit {} MiB)",
+                grown >> 20,
+                limit >> 20
+            )));
+        true
     }
 
     /// Ends the script (not catchable by it) because of `why`.
@@ -505,12 +555,18 @@ fn engine(limits: &Limits, bridge: Arc<Bridge>) -> Engine {
                 .get_or_insert(ScriptError::Cancelled);
             return Some(TERMINATE.into());
         }
-        if ops % 16 == 0 && Instant::now() >= b.deadline {
-            b.stopped
-                .lock()
-                .expect("poisoned")
-                .get_or_insert(ScriptError::TimedOut(b.wall_ms));
-            return Some(TERMINATE.into());
+        if ops % 16 == 0 {
+            let now = Instant::now();
+            if now >= b.deadline {
+                b.stopped
+                    .lock()
+                    .expect("poisoned")
+                    .get_or_insert(ScriptError::TimedOut(b.wall_ms));
+                return Some(TERMINATE.into());
+            }
+            if b.out_of_memory(now) {
+                return Some(TERMINATE.into());
+            }
         }
         None
     });

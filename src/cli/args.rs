@@ -81,6 +81,11 @@ pub enum Cmd {
         /// Append the query's trajectory to FILE as JSON Lines (see `strata trace`).
         #[arg(long, value_name = "FILE")]
         trace: Option<std::path::PathBuf>,
+        /// Answer from what was gathered after this many milliseconds (default
+        /// `query.time_limit_ms`; 0 = none). Ctrl-C (or SIGTERM) does the same at once; a
+        /// second one quits without an answer.
+        #[arg(long, value_name = "MS")]
+        time_limit_ms: Option<u64>,
         question: String,
     },
     /// Render trajectories (from `query --trace`) as one self-contained HTML page: the

@@ -186,6 +186,10 @@ pub struct QueryConfig {
     pub strategy: Strategy,
     /// Nodes one search of the navigator may return (aragora's `max_nodes`).
     pub max_nodes: usize,
+    /// Wall time of one query in milliseconds (0: none). When it runs out the query
+    /// answers from what it gathered (`limit_hit` = `time_limit`): model calls in flight
+    /// are dropped, the best answer so far stands, else the offline policy answers.
+    pub time_limit_ms: u64,
 }
 
 /// How a query explores the tree. Parsed once, from the same strings in the config file,
@@ -290,6 +294,7 @@ impl Default for QueryConfig {
             start_level: crate::level::Level::Abstract,
             strategy: Strategy::Auto,
             max_nodes: 400,
+            time_limit_ms: 0,
         }
     }
 }

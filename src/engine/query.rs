@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::model::usage::metered;
 use crate::model::{Meter, Usage};
-use crate::navigate::{Explorer, QueryResult};
+use crate::navigate::{Explorer, QueryResult, Stop, Stoppable};
 use crate::node::{NodeId, Span};
 use crate::progress::Progress;
 use serde::Serialize;
@@ -38,7 +38,8 @@ impl Engine {
             .await
     }
 
-    /// [`Engine::query`] with per-request navigator settings (iterations, start level...).
+    /// [`Engine::query`] with per-request navigator settings (iterations, start level,
+    /// `time_limit_ms`...).
     pub async fn query_with(
         &self,
         scopes: &[String],
@@ -47,6 +48,30 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<QueryResult> {
+        self.query_until(scopes, question, qcfg, now, progress, Stop::default())
+            .await
+    }
+
+    /// [`Engine::query_with`] that `stop` may end early (its time limit, else
+    /// `qcfg.time_limit_ms`, counts from this call). A stopped query still answers, from
+    /// what it gathered: the best answer the root model gave so far, else the offline
+    /// policy's (milliseconds); `limit_hit` is `cancelled` or `time_limit`. A build the
+    /// query needs first is finished, not abandoned (what it builds is kept): the
+    /// navigation then starts stopped.
+    pub async fn query_until(
+        &self,
+        scopes: &[String],
+        question: &str,
+        qcfg: &crate::config::QueryConfig,
+        now: u64,
+        progress: &dyn Progress,
+        stop: Stop,
+    ) -> Result<QueryResult> {
+        let stop = if stop.time_limit_ms() == 0 {
+            stop.with_time_limit(qcfg.time_limit_ms)
+        } else {
+            stop
+        };
         if question.trim().is_empty() {
             return Err(Error::invalid("the question is empty"));
         }
@@ -69,6 +94,7 @@ impl Engine {
             // Appends leave their chunks pending; a query searches everything stored.
             off_executor(|| self.sync_index())?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
+            explorer.set_stop(stop.clone());
             explorer.embed_question(question).await;
             match self
                 .root
@@ -77,11 +103,19 @@ impl Engine {
             {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
+                    // Every model call ends as soon as the query must stop.
+                    let root = Stoppable {
+                        inner: root.as_ref(),
+                        stop: &stop,
+                    };
+                    let helper = Stoppable {
+                        inner: helper,
+                        stop: &stop,
+                    };
                     if qcfg.strategy == Strategy::Code {
-                        crate::navigate::llm::run_code(explorer, question, root.as_ref(), helper)
-                            .await
+                        crate::navigate::llm::run_code(explorer, question, &root, &helper).await
                     } else {
-                        crate::navigate::llm::run(explorer, question, root.as_ref(), helper).await
+                        crate::navigate::llm::run(explorer, question, &root, &helper).await
                     }
                 }
                 None => off_executor(|| crate::navigate::offline(explorer, question)),

@@ -208,11 +208,16 @@ impl Strata {
 
     #[tool(
         input_schema = schema::<read::Query>(),
-        description = "Answer a question over scopes (default: all) by navigating the levels; every word of the answer is a quote of a cited source span (source, byte offsets, quote, round, speaker)."
+        description = "Answer a question over scopes (default: all) by navigating the levels; every word of the answer is a quote of a cited source span (source, byte offsets, quote, round, speaker). `time_limit_ms` bounds the wall time: when it runs out the answer is what was gathered so far (`limit_hit`: `time_limit`, `outcome` says so)."
     )]
-    async fn query(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn query(
+        &self,
+        a: JsonObject,
+        ct: tokio_util::sync::CancellationToken,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
         let a = args(a)?;
-        answer(read::query(&self.engine, a, crate::clock::unix_now()).await)
+        let stop = crate::navigate::Stop::new(ct);
+        answer(read::query(&self.engine, a, crate::clock::unix_now(), stop).await)
     }
 
     #[tool(

@@ -47,6 +47,10 @@ pub(crate) struct Query {
     /// Scopes to search (default: every scope).
     #[serde(default)]
     pub(crate) scopes: Vec<String>,
+    /// Answer from what was gathered after this many milliseconds (default
+    /// `query.time_limit_ms`; 0 = no limit): `limit_hit` is then `time_limit`.
+    #[serde(default)]
+    pub(crate) time_limit_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -110,9 +114,20 @@ pub(crate) async fn context(engine: &Engine, a: Context, now: u64) -> Result<Val
     Ok(v)
 }
 
-pub(crate) async fn query(engine: &Engine, a: Query, now: u64) -> Result<Value, ToolError> {
+/// `query`; `stop` is the request's cancellation (a client's `notifications/cancelled`:
+/// the query stops at once, and MCP sends no reply to a cancelled request).
+pub(crate) async fn query(
+    engine: &Engine,
+    a: Query,
+    now: u64,
+    stop: crate::navigate::Stop,
+) -> Result<Value, ToolError> {
+    let mut qcfg = engine.config().query.clone();
+    if let Some(ms) = a.time_limit_ms {
+        qcfg.time_limit_ms = ms;
+    }
     let r = engine
-        .query(&a.scopes, &a.question, now, &NoProgress)
+        .query_until(&a.scopes, &a.question, &qcfg, now, &NoProgress, stop)
         .await?;
     let mut v = serde_json::to_value(&r).map_err(|e| ToolError::Failed(e.to_string()))?;
     v["provenance"] = json!({

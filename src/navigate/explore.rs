@@ -78,6 +78,8 @@ pub(crate) struct Explorer<'a> {
     pub(super) dense: Option<Dense>,
     /// When navigation began (steps carry their time since).
     started: std::time::Instant,
+    /// Cancellation and the time limit: a stopped run answers from what it gathered.
+    pub(super) stop: super::Stop,
 }
 
 impl<'a> Explorer<'a> {
@@ -103,7 +105,13 @@ impl<'a> Explorer<'a> {
             forced: None,
             dense: corpus.dense(),
             started: std::time::Instant::now(),
+            stop: super::Stop::default(),
         }
+    }
+
+    /// What may end this query early (cancellation, `query.time_limit_ms`).
+    pub(crate) fn set_stop(&mut self, stop: super::Stop) {
+        self.stop = stop;
     }
 
     /// Embeds the question once for this query: searches use its vector. When that fails,
@@ -480,6 +488,26 @@ impl<'a> Explorer<'a> {
         } else {
             "nothing was found that answers the question"
         };
+        if let Some(reason) = self.stop.reason() {
+            let ms = self.started.elapsed().as_millis();
+            let outcome = match reason {
+                "time_limit" => format!(
+                    "stopped at the time limit ({ms} ms of {} ms): {found}",
+                    self.stop.time_limit_ms()
+                ),
+                _ => format!("cancelled after {ms} ms: {found}"),
+            };
+            return Ending {
+                max_iterations_reached: spent(&iterations),
+                limit_hit: Some(reason.to_string()),
+                budgets: Budgets {
+                    iterations,
+                    tokens,
+                    sub_calls,
+                },
+                outcome,
+            };
+        }
         let outcome = match (hit, no_narrowing) {
             (Some((_, what, b)), _) => {
                 format!("stopped at {what} ({} of {}): {found}", b.used, b.limit)

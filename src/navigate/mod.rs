@@ -7,10 +7,13 @@
 mod explore;
 pub(crate) mod llm;
 mod offline;
+mod stop;
 mod support;
 
 pub(crate) use explore::{Cited, Explorer};
 pub(crate) use offline::offline;
+pub use stop::Stop;
+pub(crate) use stop::Stoppable;
 
 use serde::Serialize;
 
@@ -68,8 +71,9 @@ pub struct QueryResult {
     /// fallback policy has budgets of its own).
     pub max_iterations_reached: bool,
     /// What ended the run when it did not end on its own: `max_iterations`, `max_tokens`,
-    /// `max_sub_calls`, or `no_narrowing` (two iterations without narrowing); `null` when
-    /// the policy finished within its budgets.
+    /// `max_sub_calls`, `no_narrowing` (two iterations without narrowing), `cancelled` or
+    /// `time_limit` (`query.time_limit_ms`); `null` when the policy finished within its
+    /// budgets.
     pub limit_hit: Option<String>,
     /// Each budget, used against its limit.
     pub budgets: Budgets,

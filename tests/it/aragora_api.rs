@@ -119,6 +119,12 @@ async fn every_error_is_problem_details() {
         (M::POST, "/api/v1/debates/d1/query-rlm", None, 400),
         (
             M::POST,
+            "/api/v1/debates/d1/query-rlm",
+            Some(("application/json", r#"{"query": "q", "time_limit_ms": -5}"#)),
+            400,
+        ),
+        (
+            M::POST,
             "/api/v1/knowledge/query-rlm",
             Some((
                 "application/json",
@@ -217,6 +223,12 @@ async fn both_prefixes_speak_aragora_and_strata() {
             "{v}"
         );
     }
+    // A time limit the query stays within changes nothing.
+    let q =
+        json!({"query": "How many daily riders did the audit confirm?", "time_limit_ms": 60000});
+    let (code, v) = s.post("/api/v1/debates/d1/query-rlm", q).await;
+    assert_eq!((code, &v["limit_hit"]), (200, &Value::Null), "{v}");
+    assert!(v["answer"].as_str().unwrap().contains("38,000"), "{v}");
     // 10,000 characters is the limit, not 10,001.
     let q = json!({"query": format!("riders {}", "x".repeat(10_000 - 7))});
     assert_eq!(s.post("/api/v1/debates/d1/query-rlm", q).await.0, 200);

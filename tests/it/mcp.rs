@@ -405,8 +405,9 @@ fn an_agent_uses_every_tool_over_stdio() {
     // query: cited spans whose quotes are the source's bytes.
     let q = mcp.ok(
         "query",
-        json!({"question": "How long is the Harbour Line?", "scopes": ["debate"]}),
+        json!({"question": "How long is the Harbour Line?", "scopes": ["debate"], "time_limit_ms": 60000}),
     );
+    assert_eq!(q["limit_hit"], Value::Null, "{q}");
     let cites = q["citations"].as_array().unwrap();
     assert!(!cites.is_empty(), "{q}");
     for c in cites {
@@ -459,6 +460,11 @@ fn an_agent_uses_every_tool_over_stdio() {
     assert!(e.starts_with("unknown segment `seg-99`"), "{e}");
     let e = mcp.invalid("context", json!({"scope": "nope", "budget": 100}));
     assert!(e.starts_with("unknown scope `nope`"), "{e}");
+    let e = mcp.invalid("query", json!({"question": "q", "time_limit_ms": -1}));
+    assert!(
+        e.contains("time_limit_ms") || e.contains("invalid value"),
+        "{e}"
+    );
     let e = mcp.invalid("grep", json!({"scopes": ["debate"]}));
     assert!(e.contains("pattern"), "{e}");
     let e = mcp.invalid("peek", json!({"ids": ["xyz"]}));
@@ -706,4 +712,66 @@ fn sub_query_validates_retries_once_and_keeps_input_order() {
     );
     assert_eq!(a["provenance"]["sub_queries"], json!(2), "{a}");
     mcp.finish();
+}
+
+/// The official Python MCP SDK's python (PyPI `mcp` 2.3.0): `STRATA_MCP_PYTHON`, else
+/// target/mcp-client-venv (scripts/mcp-client-venv.sh). None (with a message) when there
+/// is none, unless `STRATA_MCP_REQUIRED=1` (set by `.ci/run` once the venv exists).
+fn mcp_python() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("STRATA_MCP_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/mcp-client-venv/bin/python"));
+    let required = std::env::var("STRATA_MCP_REQUIRED").is_ok_and(|v| v == "1");
+    if !python.exists() {
+        assert!(
+            !required,
+            "STRATA_MCP_REQUIRED=1 but there is no venv at {}",
+            python.display()
+        );
+        eprintln!(
+            "Python MCP client test skipped: no virtual environment at {} (scripts/mcp-client-venv.sh makes one from PyPI; .ci/run runs it)",
+            python.display()
+        );
+        return None;
+    }
+    Some(python)
+}
+
+/// The official Python MCP client spawns `strata mcp` through its own stdio transport
+/// and uses it (tests/it/drive_mcp_client.py): the handshake, the tool list, grep → peek,
+/// a context window, a question whose citations read back byte for byte, invalid
+/// arguments and an unknown tool as -32602, a ping.
+#[test]
+fn the_official_python_mcp_client_uses_strata_mcp() {
+    let Some(python) = mcp_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = sample_store(dir.path());
+    let out = Command::new(python)
+        .arg(repo().join("tests/it/drive_mcp_client.py"))
+        .arg(env!("CARGO_BIN_EXE_strata"))
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "drive_mcp_client.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["sdk"], "2.3.0", "{seen}");
+    assert_eq!(seen["server"], "strata");
+    assert_eq!(seen["tools"], json!(TOOLS), "{seen}");
+    assert_eq!(seen["schemas"], true);
+    assert!(seen["grep_hits"].as_u64().unwrap() >= 1, "{seen}");
+    assert_eq!(seen["peek_same_text"], true);
+    assert!(seen["context_tokens"].as_u64().unwrap() <= 300, "{seen}");
+    assert!(
+        seen["answer"].as_str().unwrap().contains("Harbour Line"),
+        "{seen}"
+    );
+    assert!(seen["citations"].as_u64().unwrap() >= 1, "{seen}");
+    assert_eq!(seen["citations_exact"], true);
+    assert_eq!(seen["invalid_code"], -32602, "{seen}");
+    assert_eq!(seen["unknown_code"], -32602, "{seen}");
+    assert_eq!(seen["ping"], true);
 }

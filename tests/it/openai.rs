@@ -1868,6 +1868,159 @@ fn a_run_that_finds_nothing_says_so() {
     assert!(r.outcome.contains("nothing was found"), "{}", r.outcome);
 }
 
+/// A root model that gives a first answer that is not ready (the best so far), then never
+/// answers again: only a stop ends the query before the model's timeout.
+fn drafts_then_hangs() -> impl Fn(&Call) -> Reply {
+    let sane = explorer("41%", "Eastgate car households");
+    let drafted = Mutex::new(false);
+    move |c: &Call| match c.kind {
+        Kind::Action => {
+            if *drafted.lock().unwrap() {
+                return Reply::Hang;
+            }
+            if let Some(q) = quote_of(last_result(&c.user), "41%") {
+                *drafted.lock().unwrap() = true;
+                return action(json!({"action": "finish", "quotes": [q],
+                    "hypothesis": "41% have no car", "confidence": 0.4, "ready": false}));
+            }
+            sane(c)
+        }
+        _ => sane(c),
+    }
+}
+
+/// `query.time_limit_ms`: the hung call is dropped when the time runs out and the best
+/// answer so far is the answer, marked as stopped by the time limit.
+#[test]
+fn a_query_out_of_time_answers_with_its_best_partial_answer() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    mock.set(drafts_then_hangs());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nav_cfg(&url);
+    // The model's own timeout is far away: only the time limit can end the hang.
+    c.model.timeout_ms = 600_000;
+    c.query.max_iterations = 10;
+    c.query.time_limit_ms = 1_500;
+    let e = engine(c, dir.path());
+    let r = query(
+        &rt,
+        &e,
+        "What share of Eastgate households do not own a car?",
+    );
+    assert!(r.citations[0].quote.contains("41%"), "{r:#?}");
+    assert!(!r.ready, "{r:#?}");
+    assert_eq!(r.limit_hit.as_deref(), Some("time_limit"), "{r:#?}");
+    assert!(
+        r.outcome.starts_with("stopped at the time limit (")
+            && r.outcome
+                .ends_with("of 1500 ms): answered from what was gathered"),
+        "{}",
+        r.outcome
+    );
+    assert!(
+        r.refinement_history
+            .iter()
+            .any(|h| h.contains("time limit (1500 ms) ran out: the best answer so far stands")),
+        "{:#?}",
+        r.refinement_history
+    );
+    assert_eq!(r.usage.fallbacks, 0);
+    // The hung request was dropped by the stop, not answered.
+    wait_until(&rt, || mock.hung_dropped.load(Ordering::SeqCst) >= 1);
+    assert_eq!(mock.hung.load(Ordering::SeqCst), 1);
+}
+
+/// Ctrl-C on `strata query`: the first SIGINT stops the query, which prints the best
+/// answer it had (JSON, `limit_hit: cancelled`) and exits 0; the hung call is dropped.
+/// With nothing gathered yet, the offline policy answers instead.
+#[cfg(unix)]
+#[test]
+fn sigint_on_strata_query_prints_the_best_partial_answer() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let run = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+        c.arg("--db")
+            .arg(&db)
+            .args(args)
+            .env("STRATA_MODEL_BASE_URL", &url)
+            .env("STRATA_MODEL_API_KEY_ENV", "STRATA_TEST_NO_SUCH_KEY")
+            .env("STRATA_MODEL_TIMEOUT_MS", "600000")
+            .env("STRATA_QUERY_MAX_ITERATIONS", "10")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let file = debate_file(dir.path());
+    let out = run(&["ingest", "--scope", "d", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let question = "What share of Eastgate households do not own a car?";
+    for (script, hung_before, expect) in [
+        (true, 1, "41%"),
+        // The intent call hangs: nothing gathered, the offline policy answers.
+        (false, 2, "41%"),
+    ] {
+        if script {
+            mock.set(drafts_then_hangs());
+        } else {
+            mock.set(|c| match c.kind {
+                Kind::Intent => Reply::Hang,
+                _ => good(c),
+            });
+        }
+        let child = run(&[
+            "--root-model",
+            "openai:mock-root",
+            "--json",
+            "query",
+            "--scope",
+            "d",
+            question,
+        ])
+        .spawn()
+        .unwrap();
+        wait_until(&rt, || mock.hung.load(Ordering::SeqCst) >= hung_before);
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{out:?}");
+        assert!(
+            stderr.contains("stopping: answering from what was gathered"),
+            "{stderr}"
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["limit_hit"], "cancelled", "{r:#}");
+        assert!(
+            r["outcome"]
+                .as_str()
+                .unwrap()
+                .ends_with(": answered from what was gathered"),
+            "{r:#}"
+        );
+        assert!(
+            r["citations"][0]["quote"]
+                .as_str()
+                .unwrap()
+                .contains(expect),
+            "{r:#}"
+        );
+        let fell_back = r["usage"]["fallbacks"].as_u64().unwrap() > 0;
+        assert_eq!(fell_back, !script, "{r:#}");
+        wait_until(&rt, || {
+            mock.hung_dropped.load(Ordering::SeqCst) >= hung_before
+        });
+    }
+}
+
 /// The engine's futures cross threads (the server spawns them).
 #[allow(dead_code)]
 fn engine_futures_are_send(e: &Engine) {
@@ -1903,8 +2056,11 @@ fn real_model_end_to_end() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8192);
-    // A 0.5B model wanders: give it room to reach the FULL text before it must finish.
+    // A 0.5B model wanders: give it room to reach the FULL text before it must finish,
+    // but not more than 90 s on two shared cores (~30 s a turn here): then the query
+    // answers from what it gathered (`limit_hit` = `time_limit`), as a user's would.
     c.query.max_iterations = 8;
+    c.query.time_limit_ms = 90_000;
     let e = engine(c, dir.path());
     let t0 = Instant::now();
     let r = build(&rt, &e);
@@ -1954,8 +2110,9 @@ fn real_model_end_to_end() {
         plan.chunks.len()
     );
     eprintln!(
-        "real model query: {query_s:.1} s, {} root calls, {} invalid outputs, fallback {}, \
+        "real model query: {query_s:.1} s ({}), {} root calls, {} invalid outputs, fallback {}, \
          ready {}, citations: {:?}",
+        q.outcome,
         q.usage.calls,
         q.usage.invalid_outputs,
         q.usage.fallbacks,

@@ -200,12 +200,27 @@ fn huge_strings_arrays_and_maps_end_at_their_limits() {
         let e = fails(src);
         assert!(matches!(e, ScriptError::TooLarge(_)), "{src}: {e:?}");
     }
-    // FIXME: rhai does not check a map's size when it grows by index assignment; the
-    // operation limit (and the wall time) bound it instead.
+    // rhai does not check a map's size when it grows by index assignment: small keys end
+    // at the operation limit...
     assert_eq!(
         fails("let m = #{}; let i = 0; loop { m[`k${i}`] = i; i += 1; }"),
         ScriptError::TooManyOperations(1_000_000)
     );
+    // ...and large ones, which would fill memory long before it, at the memory limit.
+    if std::path::Path::new("/proc/self/statm").exists() {
+        let limits = Limits {
+            max_memory_growth: 64 << 20,
+            ..Limits::default()
+        };
+        let src = "let s = \"x\"; for i in 0..17 { s += s; } \
+                   let m = #{}; let i = 0; loop { m[s + i] = i; i += 1; }";
+        let e = run_with(src, &limits, &mut Fake::default()).unwrap_err();
+        assert!(
+            matches!(&e, ScriptError::TooLarge(m) if m.contains("grew by")),
+            "{e:?}"
+        );
+        assert!(e.to_string().ends_with("(limit 64 MiB)"), "{e}");
+    }
     let vars: String = (0..300).map(|i| format!("let v{i} = {i}; ")).collect();
     assert!(matches!(fails(&vars), ScriptError::TooLarge(_)));
     // The source itself is bounded.

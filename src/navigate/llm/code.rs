@@ -16,7 +16,7 @@
 //! answer so far stands, else the offline policy answers (counted in `usage.fallbacks`).
 
 use super::reply::{Intent, QuoteRef};
-use super::{Flow, Nav, clip_to};
+use super::{Flow, Nav, clip_to, failed};
 use crate::corpus::Place;
 use crate::error::Result;
 use crate::level::Level;
@@ -195,12 +195,12 @@ impl Nav<'_, '_> {
         let state = self.render(last)?;
         let reply = match root.chat(prompts::code(&state)).await {
             Err(e) if self.best.is_some() => {
-                self.ex.history.push(format!(
-                    "the root model failed ({e}): the best answer so far stands"
-                ));
+                self.ex
+                    .history
+                    .push(format!("{}: the best answer so far stands", failed(&e)));
                 return Ok(Flow::Stop);
             }
-            Err(e) => return Ok(Flow::FallBack(format!("the root model failed: {e}"))),
+            Err(e) => return Ok(Flow::FallBack(failed(&e))),
             Ok(r) => r,
         };
         if reply.truncated {

@@ -128,7 +128,7 @@ pub(crate) async fn run(
         return nav.answer_set(helper).await;
     }
     if let Err(e) = nav.freeze_intent(root).await {
-        return nav.fall_back(format!("the root model failed: {e}"));
+        return nav.fall_back(failed(&e));
     }
     nav.start(helper).await?;
     loop {
@@ -207,7 +207,9 @@ impl<'e, 'a> Nav<'e, 'a> {
     /// True when this turn must finish: a budget is spent or this is the last iteration
     /// (the limit is noted: the result says what ended the run).
     fn last_turn(&mut self) -> bool {
-        let forced = if self.ex.no_narrowing >= 2 {
+        let forced = if let Some(reason) = self.ex.stop.reason() {
+            Some(reason)
+        } else if self.ex.no_narrowing >= 2 {
             Some("no_narrowing")
         } else if self.ex.own_iterations() + 1 >= self.ex.cfg.max_iterations {
             Some("max_iterations")
@@ -228,15 +230,13 @@ impl<'e, 'a> Nav<'e, 'a> {
         let state = self.render(last)?;
         let parsed = match self.ask(root, prompts::navigate(&state)).await {
             Err(e) if self.best.is_some() => {
-                self.ex.history.push(format!(
-                    "the root model failed ({e}): the best answer so far stands"
-                ));
+                self.ex
+                    .history
+                    .push(format!("{}: the best answer so far stands", failed(&e)));
                 return Ok(Next::Then(Flow::Stop));
             }
             Err(e) => {
-                return Ok(Next::Then(Flow::FallBack(format!(
-                    "the root model failed: {e}"
-                ))));
+                return Ok(Next::Then(Flow::FallBack(failed(&e))));
             }
             Ok(Reply::Unusable(e)) => Err(e),
             Ok(Reply::Json(v)) => Turn::from_json(&v),
@@ -546,6 +546,14 @@ impl<'e, 'a> Nav<'e, 'a> {
             .push(format!("{why}; answered by the offline policy"));
         usage::note(Outcome::Fallback);
         super::offline(ex.restart(), question)
+    }
+}
+
+/// Why a root-model call gave nothing: it failed, or the query was stopped.
+fn failed(e: &ModelError) -> String {
+    match e {
+        ModelError::Stopped(why) => why.clone(),
+        e => format!("the root model failed: {e}"),
     }
 }
 

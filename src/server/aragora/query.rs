@@ -18,6 +18,10 @@ pub(in crate::server) struct DebateQuery {
     /// case.
     #[serde(default)]
     start_level: Option<String>,
+    /// Answer from what was gathered after this many milliseconds (0 = no limit; default
+    /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
+    #[serde(default)]
+    time_limit_ms: Option<i64>,
 }
 
 /// `POST /knowledge/query-rlm`: a question over several scopes.
@@ -40,6 +44,10 @@ pub(in crate::server) struct KnowledgeQuery {
     /// Nodes one search may return (1-1000, clamped).
     #[serde(default)]
     max_nodes: Option<i64>,
+    /// Answer from what was gathered after this many milliseconds (0 = no limit; default
+    /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
+    #[serde(default)]
+    time_limit_ms: Option<i64>,
 }
 
 /// `POST /rlm/query`: a question over one context (a scope).
@@ -57,6 +65,10 @@ pub(in crate::server) struct ContextQuery {
     start_level: Option<String>,
     #[serde(default)]
     refine: Option<bool>,
+    /// Answer from what was gathered after this many milliseconds (0 = no limit; default
+    /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
+    #[serde(default)]
+    time_limit_ms: Option<i64>,
 }
 
 /// The knobs every query route shares.
@@ -66,6 +78,7 @@ struct Knobs<'a> {
     max_iterations: Option<i64>,
     start_level: Option<&'a str>,
     max_nodes: Option<i64>,
+    time_limit_ms: Option<i64>,
 }
 
 fn query_config(s: &AppState, k: &Knobs<'_>) -> ApiResult<QueryConfig> {
@@ -90,6 +103,14 @@ fn query_config(s: &AppState, k: &Knobs<'_>) -> ApiResult<QueryConfig> {
     }
     if let Some(n) = k.max_nodes {
         cfg.max_nodes = n.clamp(1, 1000) as usize;
+    }
+    if let Some(ms) = k.time_limit_ms {
+        if ms < 0 {
+            return Err(ApiError::bad(format!(
+                "time_limit_ms must be 0 (no limit) or more, not {ms}"
+            )));
+        }
+        cfg.time_limit_ms = ms.min(3_600_000) as u64;
     }
     Ok(cfg)
 }
@@ -122,8 +143,8 @@ pub(in crate::server) struct QueryResponse {
     pub(in crate::server) max_iterations: u32,
     /// How the run ended: the navigation used up its iterations.
     pub(in crate::server) max_iterations_reached: bool,
-    /// The budget that ended it (`max_iterations`, `max_tokens`, `max_sub_calls`,
-    /// `no_narrowing`), `null` when it finished within them.
+    /// What ended it (`max_iterations`, `max_tokens`, `max_sub_calls`, `no_narrowing`,
+    /// `time_limit`), `null` when it finished within its budgets.
     pub(in crate::server) limit_hit: Option<String>,
     /// Each budget, used against its limit.
     pub(in crate::server) budgets: Budgets,
@@ -266,6 +287,7 @@ pub(in crate::server) async fn query_debate(
             max_iterations: q.max_iterations,
             start_level: q.start_level.as_deref(),
             max_nodes: None,
+            time_limit_ms: q.time_limit_ms,
         },
     )?;
     s.engine.scope(&id)?;
@@ -289,6 +311,7 @@ pub(in crate::server) async fn query_context(
             max_iterations: if refine { q.max_iterations } else { None },
             start_level: q.start_level.as_deref(),
             max_nodes: None,
+            time_limit_ms: q.time_limit_ms,
         },
     )?;
     if s.engine.scope(&q.context_id).is_err() {
@@ -347,6 +370,7 @@ pub(in crate::server) async fn query_knowledge(
             max_iterations: q.max_iterations,
             start_level: q.start_level.as_deref(),
             max_nodes: q.max_nodes,
+            time_limit_ms: q.time_limit_ms,
         },
     )?;
     for sc in &scopes {
