@@ -98,9 +98,70 @@ const MORE_ACTS: &[(&str, Act)] = &[
     ("we vote", Act::Decide),
     ("i will vote for", Act::Decide),
     ("i will vote against", Act::Decide),
+    ("votes aye", Act::Decide),
+    ("votes yes", Act::Decide),
+    ("votes no", Act::Decide),
     ("changes my mind", Act::Change),
     ("changed my view", Act::Change),
+    // A stance stated without the classic verbs.
+    ("i am against", Act::Object),
+    ("i'm against", Act::Object),
+    ("i am opposed", Act::Object),
+    ("cannot go along", Act::Object),
+    ("can't go along", Act::Object),
+    ("cannot accept", Act::Object),
+    ("is a mistake", Act::Object),
+    ("i am in favour", Act::Support),
+    ("i am in favor", Act::Support),
+    ("i am with", Act::Support),
+    ("i'm with", Act::Support),
+    ("i will support", Act::Support),
+    ("count me in", Act::Support),
+    // Motions and amendments, however they are put.
+    ("i move", Act::Propose),
+    ("an amendment", Act::Propose),
+    ("my amendment", Act::Propose),
+    ("i want to offer", Act::Propose),
+    ("i would like to offer", Act::Propose),
+    // A position given up, or a new one taken.
+    ("i no longer", Act::Change),
+    ("i am now in", Act::Change),
+    ("i am now for", Act::Change),
+    ("i am now against", Act::Change),
+    ("i'm now in", Act::Change),
+    ("convinced me", Act::Change),
+    ("persuaded me", Act::Change),
+    ("i have to revisit", Act::Change),
 ];
+
+/// A first-person stance in the past ("I argued for", "I came into this ready to"): with
+/// a marker of the present in the same sentence ("tonight I support", "but", "no
+/// longer"), the sentence reports a change of position.
+const PAST_STANCE: &[&str] = &[
+    "i argued",
+    "i opposed",
+    "i have opposed",
+    "i supported",
+    "i wanted",
+    "i came in",
+    "i came into",
+    "i was against",
+    "i was for",
+    "i started",
+];
+const NOW: &[&str] = &[
+    "now",
+    "tonight",
+    "today",
+    "but",
+    "no longer",
+    "any more",
+    "anymore",
+];
+
+/// A speaker's own promise about the future ("I will bring", "we'll publish"); "the
+/// receipts will be …" is a forecast, not a commitment.
+const FUTURE: &[&str] = &["i will", "i'll", "i shall", "we will", "we'll", "we shall"];
 
 /// The acts a sentence performs (none for small talk, whatever act words it holds: "I
 /// object to how cold it is").
@@ -121,7 +182,173 @@ pub(crate) fn acts_of(sentence: &str) -> Vec<Act> {
             out.push(a);
         }
     }
+    // A change of position told as then and now.
+    if !out.contains(&Act::Change)
+        && PAST_STANCE.iter().any(|p| has_phrase(&ws, p))
+        && NOW.iter().any(|p| has_phrase(&ws, p))
+    {
+        out.push(Act::Change);
+    }
+    // A promise with a date or a deadline: a commitment, whatever its verb.
+    if !out.contains(&Act::Commit)
+        && FUTURE.iter().any(|p| has_phrase(&ws, p))
+        && (!super::facts(sentence).dates.is_empty()
+            || has_phrase(&ws, "by the end of")
+            || has_phrase(&ws, "deadline"))
+    {
+        out.push(Act::Commit);
+    }
     out
+}
+
+/// How a turn answers the turn before it, when it does rather than say something of its
+/// own (see [`reply_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// "Aye.", "None from me.", "No objection.": an answer to what the turn before put
+    /// to the speakers (a vote, objections); `negative` for "No", "None", "Nay".
+    Answer { negative: bool },
+    /// "And a third one from me: …", "Also, …": goes on with what the turn before did.
+    Continues,
+    /// "I am with Wes on this one", "I agree with Alice": takes the stance of the turn it
+    /// answers.
+    Aligns,
+    /// "I vote yes.", "I support it too.", "I second the motion.": an act whose object is
+    /// the turn before.
+    Bare,
+    /// A turn that performs what the turn before called for ("Before the formal vote, I
+    /// will take any final amendments." — "I move that …"), whatever its first words.
+    Called,
+}
+
+/// Whether a turn's first sentence makes it a reply to the turn before, and of which
+/// kind ([`Reply::Called`] needs the turn before: see `navigate::offline::replies`).
+pub(crate) fn reply_of(first_sentence: &str) -> Option<Reply> {
+    let lower: Vec<String> = first_sentence
+        .unicode_words()
+        .map(|w| w.to_lowercase())
+        .collect();
+    let first = lower.first()?;
+    let negative = NEGATIVE_REPLY.contains(&first.as_str());
+    if negative || ANSWER_OPENERS.contains(&first.as_str()) {
+        return Some(Reply::Answer { negative });
+    }
+    let ws = words(first_sentence);
+    // "And a third one from me", "And the chair votes aye as well" — but not every
+    // sentence that starts with "And".
+    if CONTINUE_OPENERS.contains(&first.as_str())
+        && CONTINUE_MARKS.iter().any(|m| has_phrase(&ws, m))
+    {
+        return Some(Reply::Continues);
+    }
+    if ALIGN.iter().any(|p| has_phrase(&ws, p)) {
+        return Some(Reply::Aligns);
+    }
+    (lower.len() <= BARE_WORDS && !acts_of(first_sentence).is_empty()).then_some(Reply::Bare)
+}
+
+/// A sentence with an act and at most this many words says its object only through the
+/// turn before ("I support it too.").
+const BARE_WORDS: usize = 6;
+const NEGATIVE_REPLY: &[&str] = &["no", "none", "nay", "nope", "neither"];
+const ANSWER_OPENERS: &[&str] = &[
+    "aye", "yes", "yea", "yeah", "agreed", "seconded", "likewise",
+];
+const CONTINUE_OPENERS: &[&str] = &["and", "also"];
+/// What makes an "And …" sentence go on with the turn before: it refers back to it.
+const CONTINUE_MARKS: &[&str] = &[
+    "one", "another", "too", "as well", "also", "same", "likewise", "from me", "mine", "again",
+];
+const ALIGN: &[&str] = &[
+    "i am with",
+    "i'm with",
+    "i agree with",
+    "me too",
+    "so do i",
+    "same here",
+];
+
+/// The acts a turn's words name, as a question would name them ("we now come to the
+/// *vote*", "is there any *objection*", "I will take any final *amendments*").
+pub(crate) fn called_acts(turn: &str) -> Vec<Act> {
+    let mut out = Vec::new();
+    for w in turn.unicode_words().map(|w| w.to_lowercase()) {
+        if let Some((_, a)) = ASKED
+            .iter()
+            .find(|(prefixes, _)| prefixes.iter().any(|p| w.starts_with(p)))
+            && !out.contains(a)
+        {
+            out.push(*a);
+        }
+    }
+    out
+}
+
+/// What a turn puts to the speakers after it: the act its last question names first;
+/// without a question, when it names several, a vote before all (an "Aye" answers the
+/// vote, not the amendments the call lists), then objections, support, proposals,
+/// commitments, changes.
+pub(crate) fn called_act(turn: &str) -> Option<Act> {
+    // A question put to the speakers ("Is there any objection to adopting it?") calls
+    // for the act it names first.
+    let asked = crate::text::sentences(turn)
+        .into_iter()
+        .rev()
+        .map(|s| &turn[s.start..s.end])
+        .find(|s| s.trim_end().ends_with('?'))
+        .and_then(|q| called_acts(q).first().copied());
+    if asked.is_some() {
+        return asked;
+    }
+    let named = called_acts(turn);
+    [
+        Act::Decide,
+        Act::Object,
+        Act::Support,
+        Act::Propose,
+        Act::Commit,
+        Act::Change,
+    ]
+    .into_iter()
+    .find(|a| named.contains(a))
+}
+
+/// The acts a whole turn performs, every sentence's.
+pub(crate) fn turn_acts(turn: &str) -> Vec<Act> {
+    let mut out: Vec<Act> = Vec::new();
+    for s in crate::text::sentences(turn) {
+        for a in acts_of(&turn[s.start..s.end]) {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
+/// The acts a reply performs through the turns before it: an answer performs what its
+/// opening put to the speakers (a negative answer to a call for objections agrees, and
+/// to a call for support objects); a continuation, what the turn just before did; an
+/// aligned reply, the opening's stance (agreeing with an objection objects). `previous`
+/// is the turn just before the reply, `opening` the nearest earlier one that is not a
+/// reply.
+pub(crate) fn acts_through(reply: Reply, previous: &str, opening: &str) -> Vec<Act> {
+    match reply {
+        Reply::Answer { negative } => called_act(opening)
+            .map(|a| match (a, negative) {
+                (Act::Object, true) => Act::Support,
+                (Act::Support, true) => Act::Object,
+                (a, _) => a,
+            })
+            .into_iter()
+            .collect(),
+        Reply::Continues => turn_acts(previous),
+        Reply::Aligns => turn_acts(opening)
+            .into_iter()
+            .filter(|a| matches!(a, Act::Object | Act::Support))
+            .collect(),
+        Reply::Bare | Reply::Called => Vec::new(),
+    }
 }
 
 /// The cue phrases of `act`, for finding sentences that perform it.
@@ -165,8 +392,13 @@ const ASKED: &[(&[&str], Act)] = &[
         ],
         Act::Support,
     ),
-    (&["propos", "suggest", "moved", "recommend"], Act::Propose),
+    (
+        &["propos", "suggest", "moved", "recommend", "amend"],
+        Act::Propose,
+    ),
 ];
+/// Words that turn the act word after them into its opposite ("had *no* objection").
+const NEGATORS: &[&str] = &["no", "not", "never", "without", "didn't", "nobody"];
 const CHANGED: &[&str] = &["position", "mind", "view", "stance", "heart"];
 
 /// The act a question asks about, and the question's words that name it (every word of
@@ -185,18 +417,27 @@ pub(crate) fn asked_act(question: &str) -> Option<(Act, Vec<String>)> {
     if let (Some(c), Some(w)) = (changed, what) {
         return Some((Act::Change, vec![ws[c].clone(), ws[w].clone()]));
     }
-    let first = ws.iter().find_map(|w| {
+    let (at, (prefixes, act)) = ws.iter().enumerate().find_map(|(i, w)| {
         ASKED
             .iter()
             .find(|(prefixes, _)| prefixes.iter().any(|p| w.starts_with(p)))
+            .map(|a| (i, a))
     })?;
-    let (prefixes, act) = first;
     let words = ws
         .iter()
         .filter(|w| prefixes.iter().any(|p| w.starts_with(p)))
         .cloned()
         .collect();
-    Some((*act, words))
+    // "Who had no objection to …" asks who agreed (and "did not support", who objected).
+    let negated = ws[at.saturating_sub(2)..at]
+        .iter()
+        .any(|w| NEGATORS.contains(&w.as_str()));
+    let act = match (act, negated) {
+        (Act::Object, true) => Act::Support,
+        (Act::Support, true) => Act::Object,
+        (a, _) => *a,
+    };
+    Some((act, words))
 }
 
 /// Words that make a question ask for a set of answers rather than one.
@@ -264,7 +505,9 @@ pub(crate) fn asks_for_set(question: &str) -> bool {
         (w == "which" || w == "what") && ws[i + 1..].iter().take(2).any(|x| plural(x))
     });
     let who_over_time = has("who") && SPAN_WORDS.iter().any(|w| has(w));
-    plural_after_wh || who_over_time
+    // "Who objected to …", "who voted for …": an act many may have performed.
+    let who_did = has("who") && asked_act(question).is_some();
+    plural_after_wh || who_over_time || who_did
 }
 
 /// Small talk: private life, food, weather, leisure. A sentence about them is not what a
@@ -437,6 +680,65 @@ mod tests {
             acts_of("I have changed my position on the levy: I now propose 9 million."),
             vec![Act::Change]
         );
+    }
+
+    #[test]
+    fn replies_say_what_they_do_through_the_turn_before() {
+        use super::{Reply, acts_through, called_act, reply_of};
+        assert_eq!(reply_of("Aye."), Some(Reply::Answer { negative: false }));
+        assert_eq!(
+            reply_of("Nay, I cannot."),
+            Some(Reply::Answer { negative: true })
+        );
+        assert_eq!(
+            reply_of("And another one from me: a cap on fees."),
+            Some(Reply::Continues)
+        );
+        // Not every "And …" goes on with the turn before.
+        assert_eq!(reply_of("And yet the harbour froze that winter."), None);
+        assert_eq!(
+            reply_of("I agree with Ruth on the levy."),
+            Some(Reply::Aligns)
+        );
+        assert_eq!(reply_of("I second that."), Some(Reply::Bare));
+        assert_eq!(reply_of("The harbour froze that winter."), None);
+        // The act a question puts to the room, before the others the turn names.
+        let call = "The amendments are in. Shall we vote on the levy now?";
+        assert_eq!(called_act(call), Some(Act::Decide));
+        let call = "The levy is before us. Does anyone object to adopting it?";
+        assert_eq!(called_act(call), Some(Act::Object));
+        let no = Reply::Answer { negative: true };
+        assert_eq!(acts_through(no, call, call), vec![Act::Support]);
+        let objection = "I object to the levy; the harbour cannot carry it.";
+        assert_eq!(
+            acts_through(Reply::Aligns, objection, objection),
+            vec![Act::Object]
+        );
+    }
+
+    #[test]
+    fn stances_promises_and_changes_without_the_classic_verbs() {
+        assert_eq!(
+            acts_of("Raising the levy now is a mistake."),
+            vec![Act::Object]
+        );
+        assert_eq!(
+            acts_of("We will send the audited accounts to the committee by 4 October."),
+            vec![Act::Commit]
+        );
+        // A forecast with a date is not a promise.
+        assert!(acts_of("Revenue will reach $3 million by October.").is_empty());
+        assert!(
+            acts_of("I argued against the levy all spring, but today I back it.")
+                .contains(&Act::Change)
+        );
+        // A negated act word asks for its opposite.
+        assert_eq!(
+            asked_act("Which members had no objection to the levy?").map(|(a, _)| a),
+            Some(Act::Support)
+        );
+        assert!(asks_for_set("Who objected to the levy?"));
+        assert!(!asks_for_set("Who first objected to the levy?"));
     }
 
     #[test]

@@ -8,7 +8,10 @@ mod acts;
 mod facts;
 mod words;
 
-pub(crate) use acts::{Act, act_phrases, acts_of, asked_act, asks_for_set, importance};
+pub(crate) use acts::{
+    Act, Reply, act_phrases, acts_of, acts_through, asked_act, asks_for_set, called_acts,
+    importance, reply_of, turn_acts,
+};
 
 pub(crate) use facts::facts;
 pub(crate) use words::{content_words, is_stopword, term_counts};

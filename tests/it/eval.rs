@@ -263,10 +263,48 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
 /// The aggregate instance scores 1.000 / 1.000 today.
 const AGGREGATE_RECALL: f64 = 0.9;
 const AGGREGATE_PRECISION: f64 = 0.9;
-/// The hand-written set questions score 0.458 / 0.611 today: lexical evidence misses
-/// turns whose subject is only in the context ("I vote yes." in the round of the vote).
-const HANDWRITTEN_SET_RECALL: f64 = 0.4;
-const HANDWRITTEN_SET_PRECISION: f64 = 0.5;
+/// The hand-written set questions score recall 0.806, precision 0.750 today (0.458 /
+/// 0.611 before replies were read through the turns they answer; docs/EVAL.md).
+const HANDWRITTEN_SET_RECALL: f64 = 0.7;
+const HANDWRITTEN_SET_PRECISION: f64 = 0.6;
+
+/// The held-out debate (data/heldout/: a school board, written and frozen before the
+/// reply work) asked its 6 set questions: recall 0.917, precision 0.856 today (0.111 /
+/// 0.107 before). The target is recall ≥ 0.7 at precision ≥ 0.5.
+#[test]
+fn eval_heldout_set_questions_stay_above_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = eval::load_corpus(&[repo().join("data/docs")]).unwrap();
+    let opts = Options {
+        sizes: Vec::new(),
+        debate_rounds: 0,
+        fidelity_tokens: 0,
+        questions: Some(repo().join("data/heldout/questions.json")),
+        ..small(dir.path())
+    };
+    let report = rt()
+        .block_on(eval::run(
+            &Config::default(),
+            &opts,
+            &docs,
+            &|l| eprintln!("{l}"),
+            &|_| {},
+        ))
+        .unwrap();
+    assert_eq!(
+        report
+            .questions
+            .iter()
+            .filter(|q| q.task == "handwritten_set")
+            .count(),
+        6
+    );
+    let (recall, precision) = report.citation_scores("handwritten_set").unwrap();
+    assert!(
+        recall >= 0.8 && precision >= 0.7,
+        "held-out handwritten_set: recall {recall:.3}, precision {precision:.3}"
+    );
+}
 
 /// The aggregate task on a small generated debate: questions whose answer is a set of
 /// turns ("which speakers objected to …", "list every deadline …") are answered with every

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod cues;
 mod hops;
+mod replies;
 mod retrieve;
 mod score;
 
@@ -272,9 +273,16 @@ fn gather_set(
     question: &Question,
     cues: &Cues,
 ) -> Result<Option<SetCandidates>> {
-    let Some(Retrieved { chunks, chunk_rank }) = retrieve(ex, question, cues, true)? else {
+    let Some(Retrieved {
+        mut chunks,
+        chunk_rank,
+    }) = retrieve(ex, question, cues, true)?
+    else {
         return Ok(None);
     };
+    // Replies ("Aye.", "None from me.") say what they are about through the turn they
+    // answer: read them, and their openings.
+    let replies = replies::replies(ex, &mut chunks, question.act().map(|(a, _)| a))?;
     let idf = question.weights().clone();
     let total: f64 = idf.values().sum::<f64>().max(1e-9);
     let mut cands = candidates(
@@ -285,10 +293,36 @@ fn gather_set(
         cues,
         question.act().map(|(a, _)| a),
     );
+    with_replies(ex, &mut cands, &chunks, &replies, &idf, cues);
+    // "… with a specific date", "which deadlines": a sentence that holds a date has the
+    // kind of value asked for, whether or not it says the word.
+    let date_terms: Vec<&String> = idf
+        .keys()
+        .filter(|t| t.starts_with("date") || t.starts_with("deadlin"))
+        .collect();
+    if !date_terms.is_empty() {
+        for c in &mut cands {
+            if !crate::text::facts(&c.quote).dates.is_empty() {
+                let missing: f64 = date_terms
+                    .iter()
+                    .filter(|t| !c.tf.contains_key(**t))
+                    .map(|t| idf[*t])
+                    .sum();
+                c.own += missing / total;
+            }
+        }
+    }
     let act = question.act();
     let performs: Vec<bool> = cands
         .iter()
-        .map(|c| act.is_some_and(|(a, _)| crate::text::acts_of(&c.quote).contains(&a)))
+        .map(|c| {
+            act.is_some_and(|(a, _)| {
+                crate::text::acts_of(&c.quote).contains(&a)
+                    || replies
+                        .get(&c.node)
+                        .is_some_and(|r| (r.whole || r.start == c.start) && r.acts.contains(&a))
+            })
+        })
         .collect();
     let by_act = performs.iter().any(|p| *p);
     let act_terms: Vec<String> = act.map(|(_, t)| t.to_vec()).unwrap_or_default();
@@ -346,6 +380,64 @@ fn gather_set(
         chunks: chunks.len(),
         act: act.filter(|_| by_act).map(|(a, _)| a),
     }))
+}
+
+/// Credits each reply sentence among `cands` (adding it when it shares no word with the
+/// question: "Aye.") with the words of the turn it answers.
+fn with_replies(
+    ex: &Explorer<'_>,
+    cands: &mut Vec<Cand>,
+    chunks: &[crate::node::Node],
+    replies: &std::collections::HashMap<NodeId, replies::ReplyTo>,
+    idf: &BTreeMap<String, f64>,
+    cues: &Cues,
+) {
+    let total: f64 = idf.values().sum::<f64>().max(1e-9);
+    for (rank, n) in chunks.iter().enumerate() {
+        let Some(r) = replies.get(&n.id) else {
+            continue;
+        };
+        if !cands.iter().any(|c| c.node == n.id && c.start == r.start) {
+            let ctx = ex
+                .corpus
+                .analyze(&crate::node::context_label(n))
+                .into_iter()
+                .filter(|t| idf.contains_key(t) && !cues.objects.contains(t))
+                .collect();
+            cands.push(Cand {
+                node: n.id,
+                start: r.start,
+                end: r.end,
+                quote: r.quote.clone(),
+                tf: BTreeMap::new(),
+                ctx,
+                len: ex.corpus.analyze_all(&r.quote).len().max(1),
+                own: 0.0,
+                score: 0.0,
+                rank,
+                round: ex.round_of(&n.id),
+            });
+        }
+        let inherited: BTreeSet<String> = ex
+            .corpus
+            .analyze_all(&r.opening)
+            .into_iter()
+            .filter(|t| idf.contains_key(t))
+            .collect();
+        for c in cands
+            .iter_mut()
+            .filter(|c| c.node == n.id && (r.whole || c.start == r.start))
+        {
+            let new: Vec<String> = inherited
+                .iter()
+                .filter(|t| !c.tf.contains_key(*t) && !c.ctx.contains(*t))
+                .cloned()
+                .collect();
+            // What the reply is about is what its opening says: full weight.
+            c.own += new.iter().map(|t| idf[t]).sum::<f64>() / total;
+            c.ctx.extend(new);
+        }
+    }
 }
 
 /// A set question ("which speakers objected to …", "list every deadline …"): every read
