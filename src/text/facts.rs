@@ -3,7 +3,8 @@
 use super::words::is_stopword;
 use unicode_segmentation::UnicodeSegmentation;
 
-const MONTHS: &[&str] = &[
+/// Month names, lower case.
+pub(crate) const MONTHS: &[&str] = &[
     "january",
     "february",
     "march",

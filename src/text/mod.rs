@@ -13,7 +13,7 @@ pub(crate) use acts::{
     importance, reply_of, turn_acts,
 };
 
-pub(crate) use facts::facts;
+pub(crate) use facts::{MONTHS, facts};
 pub(crate) use words::{content_words, is_stopword, term_counts};
 
 /// A sentence of some text, as byte offsets into it (trailing whitespace included, so the

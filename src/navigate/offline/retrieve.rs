@@ -224,7 +224,7 @@ fn gather(ex: &mut Explorer<'_>, question: &Question, keep: usize) -> Result<boo
         // A commitment has a date more often than a verb for it ("I will have them to
         // the board by March 3"): look for dates too.
         if act == crate::text::Act::Commit {
-            words.extend(MONTHS.iter().map(|m| m.to_string()));
+            words.extend(crate::text::MONTHS.iter().map(|m| m.to_string()));
         }
         let about_act = ex.corpus.question(&words.join(" "));
         let hits = ex.grep(&about_act, &levels, None, limit)?;
@@ -261,21 +261,6 @@ fn gather(ex: &mut Explorer<'_>, question: &Question, keep: usize) -> Result<boo
     );
     Ok(true)
 }
-
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
 
 /// `peek`: reads every group's SUMMARY (within the token budget), keeps the groups whose
 /// text matches best, then reads their chunks whole, best group first (each chunk carries
