@@ -230,7 +230,13 @@ pub(crate) fn reply_of(first_sentence: &str) -> Option<Reply> {
         .collect();
     let first = lower.first()?;
     let negative = NEGATIVE_REPLY.contains(&first.as_str());
-    if negative || ANSWER_OPENERS.contains(&first.as_str()) {
+    // "No." / "Aye, gladly." / "None from me." — not "No nation can stand alone".
+    let set_apart = lower.len() <= 4
+        || first_sentence
+            .trim_start()
+            .get(first.len()..)
+            .is_some_and(|rest| rest.starts_with([',', '.', ';', ':', '!', '—', '-']));
+    if (negative || ANSWER_OPENERS.contains(&first.as_str())) && set_apart {
         return Some(Reply::Answer { negative });
     }
     let ws = words(first_sentence);
@@ -268,11 +274,35 @@ const ALIGN: &[&str] = &[
     "same here",
 ];
 
-/// The acts a turn's words name, as a question would name them ("we now come to the
-/// *vote*", "is there any *objection*", "I will take any final *amendments*").
+/// Words that put an act to the room: "is there *any* objection", "I will *take* final
+/// amendments", "I will *call* the roll", "let me *put* it to the board", a question.
+const CALLS: &[&str] = &["any", "take", "call", "put", "now"];
+
+/// The acts a turn calls for from the speakers after it: those named in its questions and
+/// in its sentences that put something to the room ([`CALLS`]), as a question would name
+/// them ("we *now* come to the *vote*", "is there any *objection*?", "I will *take* any
+/// final *amendments*"). An act word in passing ("the board rejected a plan in 2016")
+/// calls for nothing.
 pub(crate) fn called_acts(turn: &str) -> Vec<Act> {
     let mut out = Vec::new();
-    for w in turn.unicode_words().map(|w| w.to_lowercase()) {
+    for s in crate::text::sentences(turn) {
+        let sentence = &turn[s.start..s.end];
+        let ws = words(sentence);
+        if sentence.trim_end().ends_with('?') || CALLS.iter().any(|c| has_phrase(&ws, c)) {
+            for a in named_acts(sentence) {
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The acts a text's words name, in order.
+fn named_acts(text: &str) -> Vec<Act> {
+    let mut out = Vec::new();
+    for w in text.unicode_words().map(|w| w.to_lowercase()) {
         if let Some((_, a)) = ASKED
             .iter()
             .find(|(prefixes, _)| prefixes.iter().any(|p| w.starts_with(p)))
@@ -296,7 +326,7 @@ pub(crate) fn called_act(turn: &str) -> Option<Act> {
         .rev()
         .map(|s| &turn[s.start..s.end])
         .find(|s| s.trim_end().ends_with('?'))
-        .and_then(|q| called_acts(q).first().copied());
+        .and_then(|q| named_acts(q).first().copied());
     if asked.is_some() {
         return asked;
     }

@@ -296,9 +296,13 @@ fn gather_set(
     with_replies(ex, &mut cands, &chunks, &replies, &idf, cues);
     // "… with a specific date", "which deadlines": a sentence that holds a date has the
     // kind of value asked for, whether or not it says the word.
+    // (Not the act's own word: "which deadlines did members commit to" credits it as
+    // the act already.)
+    let act_words: Vec<String> = question.act().map(|(_, t)| t.to_vec()).unwrap_or_default();
     let date_terms: Vec<&String> = idf
         .keys()
         .filter(|t| t.starts_with("date") || t.starts_with("deadlin"))
+        .filter(|t| !act_words.contains(t))
         .collect();
     if !date_terms.is_empty() {
         for c in &mut cands {
