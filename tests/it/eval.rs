@@ -6,6 +6,18 @@ use crate::support::{repo, rt};
 use strata::Config;
 use strata::eval::{self, Options};
 
+/// One run with the default configuration, its progress on stderr.
+fn run_on(opts: &Options, docs: &[eval::tasks::Doc]) -> eval::Report {
+    rt().block_on(eval::run(
+        &Config::default(),
+        opts,
+        docs,
+        &|l| eprintln!("{l}"),
+        &|_| {},
+    ))
+    .unwrap()
+}
+
 fn small(work: &std::path::Path) -> Options {
     Options {
         seed: 11,
@@ -224,15 +236,7 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
     opts.questions = None;
     opts.retention_rounds = 120;
     opts.retention_facts = 40;
-    let report = rt()
-        .block_on(eval::run(
-            &Config::default(),
-            &opts,
-            &docs,
-            &|l| eprintln!("{l}"),
-            &|_| {},
-        ))
-        .unwrap();
+    let report = run_on(&opts, &docs);
     eprintln!("{}", eval::markdown(&report));
     assert_eq!(report.retention.len(), 4, "one row per budget");
     for r in &report.retention {
@@ -282,15 +286,7 @@ fn eval_heldout_set_questions_stay_above_the_target() {
         questions: Some(repo().join("data/heldout/questions.json")),
         ..small(dir.path())
     };
-    let report = rt()
-        .block_on(eval::run(
-            &Config::default(),
-            &opts,
-            &docs,
-            &|l| eprintln!("{l}"),
-            &|_| {},
-        ))
-        .unwrap();
+    let report = run_on(&opts, &docs);
     assert_eq!(
         report
             .questions
