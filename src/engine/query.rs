@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::model::usage::metered;
 use crate::model::{Meter, Usage};
-use crate::navigate::{Explorer, QueryResult, Stop, Stoppable};
+use crate::navigate::{Explorer, QueryResult, Stop, Stoppable, off_executor};
 use crate::node::{NodeId, Span};
 use crate::progress::Progress;
 use serde::Serialize;
@@ -174,18 +174,5 @@ impl Engine {
             }
         }
         Ok(out)
-    }
-}
-
-/// Runs synchronous work (the offline navigator's scoring, index commits: CPU and disk)
-/// without stalling the runtime's other tasks: on a multi-threaded runtime the worker
-/// hands its tasks to another thread first (`block_in_place`); elsewhere (a current-thread
-/// runtime, no runtime) it runs inline.
-fn off_executor<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
     }
 }

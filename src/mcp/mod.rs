@@ -132,17 +132,7 @@ pub(crate) fn provenance_time(now: u64) -> Value {
     serde_json::json!({ "unix": now, "rfc3339": rfc3339 })
 }
 
-/// Runs synchronous engine work (store reads, index searches) without stalling the
-/// runtime's other tasks: on a multi-threaded runtime the worker hands its tasks to another
-/// thread first.
-pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
-}
+pub(crate) use crate::navigate::off_executor as blocking;
 
 /// The MCP server: the engine, this session's state, and the tools.
 #[derive(Clone)]

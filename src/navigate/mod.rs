@@ -97,3 +97,16 @@ pub struct Budgets {
     pub tokens: Budget,
     pub sub_calls: Budget,
 }
+
+/// Runs synchronous work (the offline navigator's scoring, index commits: CPU and disk)
+/// without stalling the runtime's other tasks: on a multi-threaded runtime the worker
+/// hands its tasks to another thread first (`block_in_place`); elsewhere (a current-thread
+/// runtime, no runtime) it runs inline.
+pub(crate) fn off_executor<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}

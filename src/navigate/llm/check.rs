@@ -78,7 +78,9 @@ impl Nav<'_, '_> {
     fn evidence(&mut self) -> Result<&Evidence> {
         if self.evidence.is_none() {
             let question = self.question;
-            let (selected, history) = self.ex.aside(|ex| select(ex, question));
+            let ex = &mut self.ex;
+            let (selected, history) =
+                crate::navigate::off_executor(|| ex.aside(|ex| select(ex, question)));
             let (cited, confidence) = selected?;
             let quotes = self.quotes_of(&cited)?;
             let support = Support::measure(&self.ex.corpus, &self.asked, &quotes);

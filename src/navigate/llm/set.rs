@@ -41,7 +41,9 @@ impl Nav<'_, '_> {
     /// Answers a set question by fanning the candidates out to `helper` in batches.
     pub(super) async fn answer_set(mut self, helper: &dyn ChatModel) -> Result<QueryResult> {
         let cap = self.ex.cfg.max_set_citations.max(1);
-        let Some(set) = set_candidates(&mut self.ex, self.question)? else {
+        let question = self.question;
+        let ex = &mut self.ex;
+        let Some(set) = crate::navigate::off_executor(|| set_candidates(ex, question))? else {
             return self.fall_back("a set question: no passage to judge".into());
         };
         let offered: Vec<SetItem> = set.offered(2 * cap);
