@@ -103,7 +103,8 @@ fn run_command(
             scope,
             level,
             budget,
-        } => context(engine, rt, &scope, &level, budget, now, json),
+            focus,
+        } => context(engine, rt, &scope, &level, focus.as_deref(), budget, now, json),
         Cmd::Query {
             scope,
             all,
@@ -286,18 +287,23 @@ fn compress(
 
 /// `strata context`: a scope at a level within a token budget; the text on stdout, what it
 /// is made of on stderr.
+#[allow(clippy::too_many_arguments)]
 fn context(
     engine: &Engine,
     rt: &tokio::runtime::Runtime,
     scope: &str,
     level: &str,
+    focus: Option<&str>,
     budget: usize,
     now: u64,
     json: bool,
 ) -> Result<()> {
     let choice: LevelChoice = level.parse()?;
     let bar = Bar::new();
-    let w = rt.block_on(engine.context(scope, choice, budget, now, &bar))?;
+    let w = match focus {
+        Some(text) => rt.block_on(engine.context_for(scope, text, budget, now, &bar))?,
+        None => rt.block_on(engine.context(scope, choice, budget, now, &bar))?,
+    };
     if json {
         return print_json(&w);
     }

@@ -69,6 +69,10 @@ pub enum Cmd {
         /// Maximum tokens (cl100k).
         #[arg(long)]
         budget: usize,
+        /// Build the window for this question (or the turn about to be spoken): the turns
+        /// or passages that bear on it, after a short overview.
+        #[arg(long = "for", value_name = "TEXT", conflicts_with = "level")]
+        focus: Option<String>,
     },
     /// Answer a question with citations to exact source spans.
     Query {

@@ -219,6 +219,34 @@ impl Engine {
         crate::context::window(&self.corpus(), &plan, choice, budget, now)
     }
 
+    /// The best view of `scope` for `question` (or for the turn about to be spoken) within
+    /// `budget` tokens: the turns or passages that bear on it, as excerpts with their
+    /// labels, after a short overview ([`crate::context`]'s `focus`). A question with no
+    /// searchable words gets the unfocused `auto` window.
+    pub async fn context_for(
+        &self,
+        scope: &str,
+        question: &str,
+        budget: usize,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<ContextWindow> {
+        crate::context::check_budget(budget)?;
+        let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        let corpus = self.corpus();
+        let w = crate::navigate::off_executor(|| {
+            crate::context::focused(&corpus, &plan, question, budget, now)
+        })?;
+        match w {
+            Some(w) => Ok(w),
+            None => {
+                let mut w = crate::context::window(&corpus, &plan, LevelChoice::Auto, budget, now)?;
+                w.focus = Some(question.to_string());
+                Ok(w)
+            }
+        }
+    }
+
     /// The tree a caller that must not wait for a rebuild is served from: the newest
     /// complete view ([`Engine::view`], with the levels that lag the sources), or, when
     /// there is none (first request, everything expired), the current tree built now.
