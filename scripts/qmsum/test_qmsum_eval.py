@@ -183,6 +183,8 @@ class Pieces(unittest.TestCase):
         idx = q.TurnIndex(self.m)
         self.assertEqual(idx.packed("rubber case", 10_000), [4])
         self.assertEqual(idx.packed("rubber case", 3), [])
+        # Filled: the score-0 turns follow in transcript order.
+        self.assertEqual(idx.packed("rubber case", 10_000, fill=True), [4, 0, 2, 3, 5])
 
 
 class EndToEnd(unittest.TestCase):
@@ -203,6 +205,7 @@ class EndToEnd(unittest.TestCase):
             g1 = len(self.m_text(2)) + len(self.m_text(3))
             self.assertAlmostEqual(big["strata"]["gold_text_share"], (10 / g1 + 0) / 2)
             self.assertAlmostEqual(big["ceiling"]["strict"], 1.0)
+            self.assertAlmostEqual(big["bm25_fill"]["strict"], 1.0)
             self.assertEqual(r["token_count_mismatches"], {"windows": 2 + 2 * 2 * 2, "mismatched": 0})
             self.assertIn("strata_auto", r["rouge"])
             self.assertIn("| 5,000 | strata `--for` |", md)
