@@ -81,6 +81,9 @@ exercise the scoring code path while `--for` does not exist: its figures are lab
 `mock` and are NOT strata's. `--for-impl none` skips the strata `--for` column. With the
 default `--for-impl strata`, a binary without `--for` gets the column skipped with a note.
 
+`--no-strata` runs the baselines alone (no binary needed). The harness's own tests (offline,
+a fake strata binary): `$PY scripts/qmsum/test_qmsum_eval.py`.
+
 Output: a results JSON (`--out`; split, commit, data sha256, versions, settings, timings,
 per-meeting and mean figures) and a Markdown table on stdout. Progress goes to stderr.
 """
@@ -605,7 +608,10 @@ def run() -> int:
     ap.add_argument("--turns-per-round", type=int, default=20)
     ap.add_argument("--no-strata", action="store_true", help="baselines only (no binary needed)")
     a = ap.parse_args()
-    budgets = [int(b) for b in a.budgets.split(",") if b.strip()]
+    try:
+        budgets = [int(b) for b in a.budgets.split(",") if b.strip()]
+    except ValueError:
+        budgets = []
     if not budgets or min(budgets) < 1:
         ap.error("--budgets: positive integers, comma-separated")
 
@@ -625,6 +631,8 @@ def run() -> int:
     if a.limit:
         names = names[: a.limit]
 
+    if not a.no_strata and not (os.path.isfile(a.strata) and os.access(a.strata, os.X_OK)):
+        sys.exit(f"qmsum: no strata binary at {a.strata} (cargo build --locked, or --strata PATH, or --no-strata)")
     strata = None if a.no_strata else Strata(a.strata, a.workdir)
     for_impl = a.for_impl
     for_note = None

@@ -223,6 +223,12 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(rc, 1)
             self.assertIn("qmsum: ERROR: M1: strata's window has", err)
 
+    def test_a_missing_binary_is_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(SystemExit) as e:
+                run(["--data", make_split(d), "--strata", os.path.join(d, "nope")])
+            self.assertTrue(str(e.exception.code).startswith("qmsum: no strata binary at "))
+
     def test_binary_without_for_skips_the_column(self):
         with tempfile.TemporaryDirectory() as d:
             data = make_split(d)
