@@ -99,6 +99,7 @@ pub struct ContextWindow {
 }
 
 /// One block of a window: a header line and the text of one or more nodes.
+#[derive(Clone)]
 struct Item {
     header: Option<String>,
     body: String,
@@ -459,12 +460,17 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     };
     let abs = overview(plan, &corpus.node(&plan.abstract_id, now)?);
     let c = cost(&abs);
+    let mut whole = None;
     if (c as f64) <= OVERVIEW_WHOLE * budget as f64 {
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
-    } else if let Some(trimmed) = trim_overview(abs, (OVERVIEW_SHARE * budget as f64) as usize) {
-        p.used += cost(&trimmed);
-        p.items[OVERVIEW] = Some(trimmed);
+    } else {
+        if let Some(trimmed) = trim_overview(abs.clone(), (OVERVIEW_SHARE * budget as f64) as usize)
+        {
+            p.used += cost(&trimmed);
+            p.items[OVERVIEW] = Some(trimmed);
+        }
+        whole = Some(abs);
     }
     let order: Vec<usize> = match plan.kind {
         ScopeKind::Debate => (0..n).rev().collect(),
@@ -494,6 +500,20 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
         }
         if !p.place(corpus, plan, now, gi, &fine, budget)? {
             break;
+        }
+    }
+    // What the groups left unused goes to a trimmed overview: more of the whole.
+    if let Some(abs) = whole
+        && p.used < budget
+    {
+        let had = p.items[OVERVIEW].as_ref().map_or(0, cost);
+        let room = had + (budget - p.used);
+        if let Some(trimmed) = trim_overview(abs, room) {
+            let c = cost(&trimmed);
+            if c > had && p.used - had + c <= budget {
+                p.used = p.used - had + c;
+                p.items[OVERVIEW] = Some(trimmed);
+            }
         }
     }
     let omitted = p.items.iter().skip(1).filter(|i| i.is_none()).count();
@@ -571,13 +591,10 @@ fn trim_overview(item: Item, limit: usize) -> Option<Item> {
             };
             s.tokens + extra + 1
         };
+        let value = |i: usize| scores[i] - OVERVIEW_REDUNDANCY * redundancy[i];
         let pick = (0..sents.len())
-            .filter(|&i| !keep[i] && used + cost(i) <= limit)
-            .max_by(|&a, &b| {
-                let va = scores[a] - OVERVIEW_REDUNDANCY * redundancy[a];
-                let vb = scores[b] - OVERVIEW_REDUNDANCY * redundancy[b];
-                va.total_cmp(&vb).then(b.cmp(&a))
-            });
+            .filter(|&i| !keep[i] && used + cost(i) <= limit && value(i) > 0.0)
+            .max_by(|&a, &b| value(a).total_cmp(&value(b)).then(b.cmp(&a)));
         let Some(i) = pick else { break };
         used += cost(i);
         keep[i] = true;

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Bump when the algorithm changes: it is part of every node id the compressor makes. It
 /// names the salience weights' version too (`text::salience::VERSION`).
-pub const VERSION: &str = "offline-extractive-v4+salience-v1";
+pub const VERSION: &str = "offline-extractive-v4+salience-v2";
 
 /// How much a sentence's similarity to one already kept takes off its salience.
 const REDUNDANCY: f64 = 0.7;
@@ -107,8 +107,9 @@ pub fn compress(req: &CompressRequest) -> String {
 }
 
 /// The sentences to keep, in the order they were chosen: greedily the most salient that
-/// still fits, less its similarity to what is already kept (maximal marginal relevance);
-/// when nothing fits, the single most salient sentence, whole.
+/// still fits, less its similarity to what is already kept (maximal marginal relevance),
+/// while that is worth anything; when nothing is chosen, the single most salient
+/// sentence, whole.
 fn choose(sents: &[Sent], budget: usize, req: &CompressRequest) -> Vec<usize> {
     let label_cost: usize = req
         .passages
@@ -121,15 +122,14 @@ fn choose(sents: &[Sent], budget: usize, req: &CompressRequest) -> Vec<usize> {
     let mut redundancy = vec![0.0f64; sents.len()];
     let mut open: Vec<usize> = (0..sents.len()).collect();
     loop {
+        let value = |i: usize| sents[i].score - REDUNDANCY * redundancy[i];
+        // A summary is not padded: a sentence worth nothing (thin, a question, a repeat)
+        // is left out even when it fits.
         let pick = open
             .iter()
             .copied()
-            .filter(|&i| used + sents[i].tokens <= budget)
-            .max_by(|&a, &b| {
-                let va = sents[a].score - REDUNDANCY * redundancy[a];
-                let vb = sents[b].score - REDUNDANCY * redundancy[b];
-                va.total_cmp(&vb).then(b.cmp(&a))
-            });
+            .filter(|&i| used + sents[i].tokens <= budget && value(i) > 0.0)
+            .max_by(|&a, &b| value(a).total_cmp(&value(b)).then(b.cmp(&a)));
         let Some(i) = pick else { break };
         used += sents[i].tokens;
         order.push(i);

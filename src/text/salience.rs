@@ -10,8 +10,12 @@
 //!   inverse passage frequency) carried by terms that other passages use too: a topic that
 //!   recurs across turns or sections, rather than a one-off aside. 0 with one passage.
 //! - `specificity` — numbers, dates and names (`text::facts`), at most three counted.
-//! - `content` — distinct content words. Greetings, thanks and back-channel ("Hey John!",
-//!   "Thanks!", "OK .") have one or two.
+//! - `information` — the sum of the inverse sentence frequencies of its content words,
+//!   scaled so that the mean sentence has 1: what only it says. Greetings, thanks and
+//!   back-channel ("Hey John!", "Thanks!", "Um , yeah .") say little, and in a long
+//!   conversation their words are everywhere; such *thin* sentences (below half the mean)
+//!   also take no part in the centrality walk, where look-alikes would make them central.
+//! - `content` — distinct content words.
 //! - `question` — whether it asks rather than states: an echoed question is never what a
 //!   body of text established.
 //!
@@ -34,6 +38,7 @@ pub(crate) struct Unit<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub(crate) struct Features {
     pub(crate) centrality: f64,
+    pub(crate) information: f64,
     pub(crate) thread: f64,
     pub(crate) specificity: f64,
     pub(crate) content: usize,
@@ -50,9 +55,11 @@ pub(crate) struct Weights {
     pub(crate) specificity: f64,
     /// Subtracted from a question.
     pub(crate) question: f64,
-    /// Subtracted per content word a sentence has below [`Weights::min_content`].
+    /// Per unit of ln(1 + information).
+    pub(crate) information: f64,
+    /// Subtracted from a thin sentence, in proportion to how far it is below
+    /// [`THIN`] of the mean information.
     pub(crate) thin: f64,
-    pub(crate) min_content: usize,
 }
 
 pub(crate) const WEIGHTS: Weights = Weights {
@@ -60,20 +67,25 @@ pub(crate) const WEIGHTS: Weights = Weights {
     thread: 1.0,
     specificity: 0.8,
     question: 1.0,
-    thin: 0.5,
-    min_content: 4,
+    information: 0.5,
+    thin: 2.0,
 };
+
+/// A sentence with less than this share of the mean information is thin.
+pub(crate) const THIN: f64 = 0.5;
 
 /// The version of [`WEIGHTS`] and of the features' definitions.
 #[cfg_attr(not(test), allow(dead_code))] // held to `model::offline::VERSION` by a test
-pub(crate) const VERSION: &str = "salience-v1";
+pub(crate) const VERSION: &str = "salience-v2";
 
 impl Features {
     /// The salience score: higher matters more.
     pub(crate) fn score(&self) -> f64 {
         let w = &WEIGHTS;
-        let thin = w.min_content.saturating_sub(self.content) as f64;
-        w.centrality * self.centrality.ln_1p() + w.thread * self.thread
+        let thin = (THIN - self.information).max(0.0) / THIN;
+        w.centrality * self.centrality.ln_1p()
+            + w.information * self.information.ln_1p()
+            + w.thread * self.thread
             + w.specificity * self.specificity
             - if self.question { w.question } else { 0.0 }
             - w.thin * thin
@@ -123,16 +135,29 @@ pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
         .iter()
         .map(|b| b.iter().map(|(t, &c)| (t.as_str(), c as f64 * idf(t))).collect())
         .collect();
+    // Information: idf mass, ln(n / df) (a word in every sentence says nothing).
+    let info: Vec<f64> = bags
+        .iter()
+        .map(|b| b.keys().map(|t| (n as f64 / df[t.as_str()] as f64).ln()).sum())
+        .collect();
+    let info = scale_to_mean_one(info);
+    // Thin sentences take no part in the walk.
+    let walked: Vec<Vec<(&str, f64)>> = vectors
+        .iter()
+        .zip(&info)
+        .map(|(v, &i)| if i < THIN { Vec::new() } else { v.clone() })
+        .collect();
     let centrality = if n > LEXRANK_MAX {
-        centroid(&vectors)
+        centroid(&walked)
     } else {
-        lexrank(&vectors)
+        lexrank(&walked)
     };
     units
         .iter()
         .zip(&bags)
         .zip(centrality)
-        .map(|((u, b), centrality)| {
+        .zip(info)
+        .map(|(((u, b), centrality), information)| {
             let (mut shared, mut all) = (0.0, 0.0);
             if np > 1.0 {
                 for t in b.keys() {
@@ -146,6 +171,7 @@ pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
             }
             Features {
                 centrality,
+                information,
                 thread: if all > 0.0 { shared / all } else { 0.0 },
                 specificity: facts(u.text).count().min(3) as f64 / 3.0,
                 content: b.len(),
