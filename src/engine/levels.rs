@@ -11,6 +11,7 @@ use crate::model::usage::metered;
 use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use crate::progress::Progress;
+use crate::time::TimeRange;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -214,8 +215,25 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<ContextWindow> {
+        self.context_during(scope, choice, budget, &TimeRange::ALL, now, progress)
+            .await
+    }
+
+    /// [`Engine::context`] of what was said within `range` (`context --since/--until`):
+    /// the window is built over [`Plan::during`] — the chunks said in the range, their
+    /// groups, and the overview of the whole scope.
+    pub async fn context_during(
+        &self,
+        scope: &str,
+        choice: LevelChoice,
+        budget: usize,
+        range: &TimeRange,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<ContextWindow> {
         crate::context::check_budget(budget)?;
         let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        let plan = plan.within(range)?;
         crate::context::window(&self.corpus(), &plan, choice, budget, now)
     }
 

@@ -6,6 +6,7 @@ use unicode_segmentation::UnicodeSegmentation;
 
 mod acts;
 mod facts;
+pub(crate) mod time;
 mod words;
 
 pub(crate) use acts::{
