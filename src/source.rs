@@ -233,7 +233,7 @@ pub fn debate(name: &str, text: &str) -> Result<Vec<SourceInput>> {
             let msg = e.to_string();
             let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m);
             Error::invalid(format!(
-                "{name} line {n}, column {}: not a debate turn {{\"round\", \"speaker\", \"text\"}}: {msg}",
+                "{name} line {n}, column {}: not a debate turn {{\"round\", \"speaker\", \"text\"[, \"time\"]}}: {msg}",
                 e.column().max(1)
             ))
         })?;
