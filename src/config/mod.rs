@@ -190,6 +190,10 @@ pub struct QueryConfig {
     /// answers from what it gathered (`limit_hit` = `time_limit`): model calls in flight
     /// are dropped, the best answer so far stands, else the offline policy answers.
     pub time_limit_ms: u64,
+    /// Only sources said within this range are searched (`query --since/--until`, an HTTP
+    /// query's `since`/`until`). Per request only: not a configuration key.
+    #[serde(skip)]
+    pub during: crate::time::TimeRange,
 }
 
 /// How a query explores the tree. Parsed once, from the same strings in the config file,
@@ -295,6 +299,7 @@ impl Default for QueryConfig {
             strategy: Strategy::Auto,
             max_nodes: 400,
             time_limit_ms: 0,
+            during: crate::time::TimeRange::ALL,
         }
     }
 }

@@ -695,6 +695,7 @@ mod tests {
                     round: r,
                     speaker: sp.to_string(),
                     text,
+                    time: None,
                 };
                 sources.push(turn_input(format!("d#{r}-{sp}"), t).unwrap());
             }

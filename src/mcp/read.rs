@@ -100,7 +100,14 @@ pub(crate) async fn context(engine: &Engine, a: Context, now: u64) -> Result<Val
     let w = match &a.focus {
         Some(text) => {
             engine
-                .context_for(&a.scope, text, a.budget, now, &NoProgress)
+                .context_for(
+                    &a.scope,
+                    text,
+                    a.budget,
+                    &crate::time::TimeRange::default(),
+                    now,
+                    &NoProgress,
+                )
                 .await?
         }
         None => {

@@ -435,6 +435,10 @@ struct DocumentRequest {
     scope: String,
     source: String,
     text: String,
+    /// When it was written: an RFC 3339 time or a date.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "2026-03-04")]
+    time: Option<crate::time::Time>,
 }
 
 /// What a document ingest did.
@@ -463,7 +467,8 @@ async fn ingest_document(
     let st = s.clone();
     let scope = d.scope.clone();
     let report = blocking(move || {
-        let input = source::document(&d.source, d.text)?;
+        let mut input = source::document(&d.source, d.text)?;
+        input.time = d.time;
         let file = InputFile::single(ScopeKind::Doc, &d.source, input);
         Ok(st.engine.ingest(&d.scope, &[file], unix_now())?)
     })

@@ -7,6 +7,7 @@ use unicode_segmentation::UnicodeSegmentation;
 mod acts;
 mod facts;
 pub(crate) mod salience;
+pub(crate) mod time;
 mod words;
 
 pub(crate) use acts::{

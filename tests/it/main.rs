@@ -23,6 +23,7 @@ mod replicas;
 mod script;
 mod server;
 mod support;
+mod time;
 mod trace;
 mod ttl;
 mod writes;

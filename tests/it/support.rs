@@ -426,3 +426,22 @@ pub fn check_window(scope: &str, choice: strata::LevelChoice, budget: usize, exp
     flush(&mut s, &mut run);
     expect.assert_eq(&s);
 }
+
+/// Runs the `strata` binary on the store `db` (from the repository, no STRATA_* settings
+/// from this environment): exit code, stdout, stderr.
+pub fn strata_cli(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("STRATA_DB")
+        .env_remove("STRATA_CONFIG")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
