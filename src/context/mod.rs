@@ -444,13 +444,13 @@ const OVERVIEW_WHOLE: f64 = 0.75;
 
 /// The best mix under the budget. First an overview of the whole scope, at every budget:
 /// the ABSTRACT, or — when it takes more than three quarters of the window — its most
-/// important sentences (`text::importance`: decisions, proposals with figures, objections,
-/// commitments, changes of position first; small talk last) up to about two thirds of
-/// it, in their original order with their round labels. Then, for debates, the latest
-/// round in FULL (DETAILED if FULL does not fit in half of what is left), a SUMMARY of
-/// every older round (most recent first if not all fit, as a contiguous run), then more
-/// recent rounds upgraded to FULL or DETAILED while the budget allows. Documents: a
-/// SUMMARY of every section in order, then sections upgraded in order.
+/// salient sentences (`text::salience`) up to about two thirds of it, in their original
+/// order with their round labels. Then, for debates, the latest round in FULL (DETAILED if
+/// FULL does not fit in half of what is left), a SUMMARY of every older round (most recent
+/// first if not all fit, as a contiguous run), then more recent rounds upgraded to FULL or
+/// DETAILED while the budget allows; when not even the latest round fits at a fine level,
+/// no round is placed. Documents: a SUMMARY of every section in order, then sections
+/// upgraded in order. Whatever is left goes to the overview.
 fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<Item>, usize)> {
     let n = plan.groups.len();
     let mut p = Packer {
@@ -477,11 +477,14 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
         ScopeKind::Doc => (0..n).collect(),
     };
     let fine = [Level::Full, Level::Detailed];
+    let mut history = true;
     if plan.kind == ScopeKind::Debate && n > 0 && p.used < budget {
         let half = p.used + (budget - p.used) / 2;
-        p.place(corpus, plan, now, n - 1, &fine, half)?;
+        // Recent rounds come at a fine level, older ones at a coarse one: when not even
+        // the latest round fits at a fine level, the rest of the window is the overview's.
+        history = p.place(corpus, plan, now, n - 1, &fine, half)?;
     }
-    for &gi in &order {
+    for &gi in order.iter().filter(|_| history) {
         // A debate keeps a contiguous run of recent rounds: no gap where a long round
         // did not fit and an older, shorter one did.
         if p.costs[gi] == 0
@@ -491,7 +494,7 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
             break;
         }
     }
-    for &gi in &order {
+    for &gi in order.iter().filter(|_| history) {
         let placed_finer = p.items[gi + 1]
             .as_ref()
             .is_some_and(|it| it.nodes.first().is_some_and(|x| x.1 < Level::Summary));

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Bump when the algorithm changes: it is part of every node id the compressor makes. It
 /// names the salience weights' version too (`text::salience::VERSION`).
-pub const VERSION: &str = "offline-extractive-v4+salience-v2";
+pub const VERSION: &str = "offline-extractive-v4+salience-v3";
 
 /// How much a sentence's similarity to one already kept takes off its salience.
 const REDUNDANCY: f64 = 0.7;

@@ -6,9 +6,10 @@
 //! - `centrality` — LexRank (Erkan & Radev 2004, the continuous variant): the stationary
 //!   distribution of a random walk over the sentences weighted by idf-modified cosine
 //!   similarity, scaled so that the mean sentence scores 1. What many sentences say.
-//! - `thread` — the share of the sentence's distinctive weight (terms weighted by their
-//!   inverse passage frequency) carried by terms that other passages use too: a topic that
-//!   recurs across turns or sections, rather than a one-off aside. 0 with one passage.
+//! - `thread` — the distinctive weight (terms weighted by their inverse passage
+//!   frequency) the sentence shares with other passages, scaled so that the mean
+//!   sentence's whole distinctive weight is 1: a topic that recurs across turns or
+//!   sections, rather than a one-off aside. 0 with one passage.
 //! - `specificity` — numbers, dates and names (`text::facts`), at most three counted.
 //! - `information` — the sum of the inverse sentence frequencies of its content words,
 //!   scaled so that the mean sentence has 1: what only it says. Greetings, thanks and
@@ -49,7 +50,7 @@ pub(crate) struct Features {
 pub(crate) struct Weights {
     /// Per unit of ln(1 + centrality).
     pub(crate) centrality: f64,
-    /// Per unit of thread share (0–1).
+    /// Per unit of ln(1 + thread).
     pub(crate) thread: f64,
     /// Per unit of specificity (0–1).
     pub(crate) specificity: f64,
@@ -76,7 +77,7 @@ pub(crate) const THIN: f64 = 0.5;
 
 /// The version of [`WEIGHTS`] and of the features' definitions.
 #[cfg_attr(not(test), allow(dead_code))] // held to `model::offline::VERSION` by a test
-pub(crate) const VERSION: &str = "salience-v2";
+pub(crate) const VERSION: &str = "salience-v3";
 
 impl Features {
     /// The salience score: higher matters more.
@@ -85,7 +86,7 @@ impl Features {
         let thin = (THIN - self.information).max(0.0) / THIN;
         w.centrality * self.centrality.ln_1p()
             + w.information * self.information.ln_1p()
-            + w.thread * self.thread
+            + w.thread * self.thread.ln_1p()
             + w.specificity * self.specificity
             - if self.question { w.question } else { 0.0 }
             - w.thin * thin
@@ -152,27 +153,32 @@ pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
     } else {
         lexrank(&walked)
     };
+    // Thread: recurring distinctive weight over the mean sentence's distinctive weight.
+    let (mut shared, mut all) = (vec![0.0; n], vec![0.0; n]);
+    if np > 1.0 {
+        for (i, b) in bags.iter().enumerate() {
+            for t in b.keys() {
+                let ps = &pf[t.as_str()];
+                let w = (np / ps.len() as f64).ln();
+                all[i] += w;
+                if ps.len() >= 2 {
+                    shared[i] += w;
+                }
+            }
+        }
+    }
+    let mean_all = all.iter().sum::<f64>() / n as f64;
     units
         .iter()
         .zip(&bags)
         .zip(centrality)
         .zip(info)
-        .map(|(((u, b), centrality), information)| {
-            let (mut shared, mut all) = (0.0, 0.0);
-            if np > 1.0 {
-                for t in b.keys() {
-                    let ps = &pf[t.as_str()];
-                    let w = (np / ps.len() as f64).ln();
-                    all += w;
-                    if ps.len() >= 2 {
-                        shared += w;
-                    }
-                }
-            }
+        .zip(shared)
+        .map(|((((u, b), centrality), information), shared)| {
             Features {
                 centrality,
                 information,
-                thread: if all > 0.0 { shared / all } else { 0.0 },
+                thread: if mean_all > 0.0 { shared / mean_all } else { 0.0 },
                 specificity: facts(u.text).count().min(3) as f64 / 3.0,
                 content: b.len(),
                 question: is_question(u.text),
