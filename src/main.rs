@@ -528,6 +528,9 @@ fn serve(
     addr: Option<String>,
 ) -> Result<()> {
     let addr = addr.unwrap_or_else(|| engine.config().server.addr.clone());
+    // Each connection takes a descriptor: use what the hard limit allows (the server keeps
+    // its connections below it).
+    strata::server::raise_open_file_limit();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await

@@ -21,6 +21,7 @@ mod props;
 mod reduce;
 mod replicas;
 mod script;
+mod security_http;
 mod server;
 mod support;
 mod time;

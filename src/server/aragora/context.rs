@@ -50,11 +50,13 @@ pub(in crate::server) struct ContextResponse {
     responses((status = 200, description = "The window", body = ContextResponse)))]
 pub(in crate::server) async fn context(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath((id, level)): ApiPath<(String, String)>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<ContextResponse>> {
     check_debate_id(&matched, &id)?;
+    check_read(&access, &id)?;
     let t0 = Instant::now();
     let choice: LevelChoice = level.parse()?;
     // The level as asked for (aragora's RAW stays RAW), upper case.

@@ -308,11 +308,13 @@ async fn run_query(
     responses((status = 200, description = "The answer", body = QueryResponse)))]
 pub(in crate::server) async fn query_debate(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath(id): ApiPath<String>,
     ApiJson(q): ApiJson<DebateQuery>,
 ) -> ApiResult<Json<QueryResponse>> {
     check_debate_id(&matched, &id)?;
+    check_read(&access, &id)?;
     let cfg = query_config(
         &s,
         &Knobs {
@@ -336,6 +338,7 @@ pub(in crate::server) async fn query_debate(
 /// answer.
 pub(in crate::server) async fn query_context(
     s: &Arc<AppState>,
+    access: &Access,
     q: ContextQuery,
 ) -> ApiResult<(String, bool, QueryResponse)> {
     let refine = q.refine.unwrap_or(false);
@@ -352,7 +355,7 @@ pub(in crate::server) async fn query_context(
             until: q.until,
         },
     )?;
-    if s.engine.scope(&q.context_id).is_err() {
+    if !access.can_read(&q.context_id) || s.engine.scope(&q.context_id).is_err() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("context not found: {:?}", q.context_id),
@@ -387,6 +390,7 @@ pub(in crate::server) struct KnowledgeResponse {
     responses((status = 200, description = "The answer", body = KnowledgeResponse)))]
 pub(in crate::server) async fn query_knowledge(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiJson(q): ApiJson<KnowledgeQuery>,
 ) -> ApiResult<Json<KnowledgeResponse>> {
     let mut scopes = q.scopes.clone().unwrap_or_default();
@@ -414,9 +418,23 @@ pub(in crate::server) async fn query_knowledge(
         },
     )?;
     for sc in &scopes {
+        check_read(&access, sc)?;
         s.engine.scope(sc)?;
     }
-    let r = run_query(&s, scopes.clone(), q.query, cfg.clone(), QUERY_TYPES[1]).await?;
+    // No scope named: every scope the caller may see (for a scoped token, named one by one).
+    let searched = if scopes.is_empty() && !access.is_full() {
+        let visible = access.visible(s.engine.scope_names()?);
+        if visible.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "this token opens no scope that exists yet",
+            ));
+        }
+        visible
+    } else {
+        scopes.clone()
+    };
+    let r = run_query(&s, searched, q.query, cfg.clone(), QUERY_TYPES[1]).await?;
     let mut seen = HashSet::new();
     let sources = r
         .citations
