@@ -120,6 +120,11 @@ impl<'a> Corpus<'a> {
         })
     }
 
+    /// Several nodes in one read (FULL nodes never expire; derived ones may be missing).
+    pub(crate) fn nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
+        self.store.get_nodes(ids)
+    }
+
     /// The text of a source as ingested.
     pub(crate) fn source_text(&self, scope: &str, source: &str) -> Result<String> {
         self.store.get_text(scope, source)?.ok_or_else(|| {

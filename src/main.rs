@@ -329,14 +329,9 @@ fn context(
     let choice: LevelChoice = ask.level.parse()?;
     let bar = Bar::new();
     let w = match ask.focus {
-        Some(text) => rt.block_on(engine.context_for(
-            ask.scope,
-            text,
-            ask.budget,
-            &ask.during,
-            now,
-            &bar,
-        ))?,
+        Some(text) => {
+            rt.block_on(engine.context_for(ask.scope, text, ask.budget, &ask.during, now, &bar))?
+        }
         None => rt.block_on(engine.context_during(
             ask.scope,
             choice,

@@ -11,7 +11,7 @@
 //! overview of the whole scope when the budget allows, so that the excerpts can be placed.
 //! Every part cites its exact spans, and says why it was chosen.
 
-use super::{ContextNode, ContextWindow, trim_overview};
+use super::{ContextNode, ContextWindow};
 use crate::corpus::{Corpus, Place, Search, Trees};
 use crate::error::Result;
 use crate::level::Level;
@@ -30,12 +30,6 @@ const SPREAD: f64 = 6.0;
 const EVIDENCE_FLOOR: f64 = 0.3;
 const EVIDENCE_SHARE: f64 = 0.5;
 
-fn dev(name: &str, default: f64) -> f64 {
-    std::env::var(format!("STRATA_DEV_{name}"))
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 /// How much of the score of a question just before it a turn takes (its reply).
 const REPLY: f64 = 0.6;
 /// Turns ranked: at most this many hits are read.
@@ -102,7 +96,7 @@ pub(crate) fn window(
     };
     // The discussion around a hit: each turn takes a share of the hits near it, decaying
     // with the distance in turns (exponential smoothing both ways, linear time).
-    let decay = (-1.0 / dev("TAU", SPREAD)).exp();
+    let decay = (-1.0 / SPREAD).exp();
     let n = hit.len();
     let (mut fwd, mut bwd) = (vec![0.0; n], vec![0.0; n]);
     for i in 0..n {
@@ -115,13 +109,13 @@ pub(crate) fn window(
     let mut turns: Vec<Turn> = Vec::new();
     for ci in 0..plan.chunks.len() {
         let prev = if ci > 0 { hit[ci - 1] } else { 0.0 };
-        let neighbour = dev("NB", NEIGHBOUR) * near[ci];
+        let neighbour = NEIGHBOUR * near[ci];
         let mut reply = 0.0;
         if prev > 0.0
             && plan.chunks[ci - 1].source != plan.chunks[ci].source
             && ends_with_question(&text_of(ci - 1)?)
         {
-            reply = dev("REPLY", REPLY) * prev;
+            reply = REPLY * prev;
         }
         let score = hit[ci] + neighbour.max(reply);
         if score <= 0.0 {
@@ -148,7 +142,7 @@ pub(crate) fn window(
     // Two passes: first the distinct pieces of evidence (hits, and replies to questions
     // that hit), best first, within a share of the budget, so that a window holds many of
     // them rather than the neighbourhood of one; then the discussion around them.
-    let floor = dev("FLOOR", EVIDENCE_FLOOR);
+    let floor = EVIDENCE_FLOOR;
     let mut first: Vec<usize> = (0..turns.len())
         .filter(|&i| turns[i].direct >= floor)
         .collect();
@@ -169,10 +163,10 @@ pub(crate) fn window(
     // The overview, to place the excerpts.
     let mut used = 0usize;
     let mut overview = None;
-    if budget >= OVERVIEW_MIN_BUDGET && dev("OV", 1.0) > 0.0 {
-        let abs = corpus.node(&plan.abstract_id, now)?;
+    if budget >= OVERVIEW_MIN_BUDGET {
+        let abs = super::overview(plan, &corpus.node(&plan.abstract_id, now)?);
         let limit = (OVERVIEW_SHARE * budget as f64) as usize;
-        if let Some(item) = trim_overview(super::overview(plan, &abs), limit) {
+        if let Some(item) = super::summary_of_whole(corpus, plan, &abs, limit, now)? {
             used += token::count(&item.render()) + 2;
             overview = Some(item);
         }
@@ -188,7 +182,7 @@ pub(crate) fn window(
     }
     let mut chosen: Vec<Excerpt> = Vec::new();
     let mut taken = vec![false; turns.len()];
-    let first_limit = used + (dev("SHARE", EVIDENCE_SHARE) * (budget - used.min(budget)) as f64) as usize;
+    let first_limit = used + (EVIDENCE_SHARE * (budget - used.min(budget)) as f64) as usize;
     let passes = first
         .iter()
         .map(|&i| (i, 1, first_limit))
@@ -265,17 +259,23 @@ pub(crate) fn window(
         }
         let mut nodes = Vec::new();
         if let Some(o) = &overview {
-            let (id, level, tokens) = o.nodes[0];
-            nodes.push(ContextNode {
-                id: id.to_hex(),
-                level,
-                tokens,
-                part: "overview",
-                covers: super::covers(plan, o.groups),
-                partial: o.partial,
-                spans: Vec::new(),
-                why: BTreeMap::new(),
-            });
+            for &(id, level, tokens) in &o.nodes {
+                nodes.push(ContextNode {
+                    id: id.to_hex(),
+                    level,
+                    tokens,
+                    part: "overview",
+                    covers: super::covers(plan, o.groups),
+                    partial: o.partial,
+                    spans: o
+                        .excerpts
+                        .iter()
+                        .filter(|(n, _)| *n == id)
+                        .map(|(_, sp)| sp.clone())
+                        .collect(),
+                    why: BTreeMap::new(),
+                });
+            }
         }
         for e in &chosen {
             let c = &plan.chunks[e.chunk];
@@ -332,7 +332,7 @@ fn excerpt(
     body: &str,
     room: usize,
 ) -> (usize, usize) {
-    let limit = (dev("EXC", EXCERPT_TOKENS as f64) as usize).min(room);
+    let limit = EXCERPT_TOKENS.min(room);
     let whole = token::count(body.trim());
     if whole <= limit {
         return (0, body.trim_end().len());

@@ -8,11 +8,12 @@ use crate::node::{Node, NodeId, Span};
 use std::collections::BTreeMap;
 
 mod focus;
-pub(crate) use focus::window as focused;
+mod overview;
 use crate::plan::Plan;
 use crate::store::ScopeKind;
 use crate::text::salience;
 use crate::token;
+pub(crate) use focus::window as focused;
 use serde::Serialize;
 
 /// A fixed level, or the best mix under the budget.
@@ -110,6 +111,9 @@ struct Item {
     /// its node.
     groups: (usize, usize),
     partial: bool,
+    /// The exact spans shown of some of `nodes` (an overview of sentences picked from FULL
+    /// chunks); a FULL node without an entry cites its whole chunk.
+    excerpts: Vec<(NodeId, Span)>,
 }
 
 impl Item {
@@ -151,7 +155,11 @@ pub(crate) fn window(
         .iter()
         .any(|i| i.nodes.iter().any(|n| n.1 == Level::Full))
     {
-        plan.chunks.iter().enumerate().map(|(ci, c)| (c.full, ci)).collect()
+        plan.chunks
+            .iter()
+            .enumerate()
+            .map(|(ci, c)| (c.full, ci))
+            .collect()
     } else {
         Default::default()
     };
@@ -181,9 +189,17 @@ pub(crate) fn window(
                 },
                 covers: covers(plan, i.groups),
                 partial: i.partial,
-                spans: match level {
-                    Level::Full => full_spans(plan, full_at.get(id).copied()),
-                    _ => Vec::new(),
+                spans: {
+                    let own: Vec<Span> = i
+                        .excerpts
+                        .iter()
+                        .filter(|(n, _)| n == id)
+                        .map(|(_, sp)| sp.clone())
+                        .collect();
+                    match level {
+                        Level::Full if own.is_empty() => full_spans(plan, full_at.get(id).copied()),
+                        _ => own,
+                    }
                 },
                 why: BTreeMap::new(),
             })
@@ -309,6 +325,7 @@ fn chunks_item(
                 order,
                 groups: (gi, gi),
                 partial: chunks.len() < g.chunks.len(),
+                excerpts: Vec::new(),
             })
         }
         _ => {
@@ -320,6 +337,7 @@ fn chunks_item(
                 order,
                 groups: (gi, gi),
                 partial: false,
+                excerpts: Vec::new(),
             })
         }
     }
@@ -333,6 +351,7 @@ fn overview(plan: &Plan, n: &Node) -> Item {
         order: OVERVIEW,
         groups: (0, plan.groups.len().saturating_sub(1)),
         partial: false,
+        excerpts: Vec::new(),
     }
 }
 
@@ -364,6 +383,7 @@ fn fixed(
                     order: gi + 1,
                     groups: (gi, gi),
                     partial: false,
+                    excerpts: Vec::new(),
                 });
             }
             v
@@ -461,12 +481,18 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     let abs = overview(plan, &corpus.node(&plan.abstract_id, now)?);
     let c = cost(&abs);
     let mut whole = None;
-    if (c as f64) <= OVERVIEW_WHOLE * budget as f64 {
+    // The whole ABSTRACT only for scopes too large to rank whole (`overview::salient`).
+    if plan.full_tokens > overview::MAX_TOKENS && (c as f64) <= OVERVIEW_WHOLE * budget as f64 {
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
     } else {
-        if let Some(trimmed) = trim_overview(abs.clone(), (OVERVIEW_SHARE * budget as f64) as usize)
-        {
+        if let Some(trimmed) = summary_of_whole(
+            corpus,
+            plan,
+            &abs,
+            (OVERVIEW_SHARE * budget as f64) as usize,
+            now,
+        )? {
             p.used += cost(&trimmed);
             p.items[OVERVIEW] = Some(trimmed);
         }
@@ -511,7 +537,7 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     {
         let had = p.items[OVERVIEW].as_ref().map_or(0, cost);
         let room = had + (budget - p.used);
-        if let Some(trimmed) = trim_overview(abs, room) {
+        if let Some(trimmed) = summary_of_whole(corpus, plan, &abs, room, now)? {
             let c = cost(&trimmed);
             if c > had && p.used - had + c <= budget {
                 p.used = p.used - had + c;
@@ -521,6 +547,22 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     }
     let omitted = p.items.iter().skip(1).filter(|i| i.is_none()).count();
     Ok((p.items.into_iter().flatten().collect(), omitted))
+}
+
+/// The overview in `limit` tokens when the ABSTRACT does not fit: the most salient
+/// sentences of the whole scope (`overview::salient`), or — for scopes too large to rank
+/// whole within a request — the ABSTRACT trimmed by salience.
+fn summary_of_whole(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    abs: &Item,
+    limit: usize,
+    now: u64,
+) -> Result<Option<Item>> {
+    if let Some(item) = overview::salient(corpus, plan, limit, now)? {
+        return Ok(Some(item));
+    }
+    Ok(trim_overview(abs.clone(), limit))
 }
 
 /// The overview cut to `limit` tokens: its sentences ranked by salience
@@ -595,9 +637,11 @@ fn trim_overview(item: Item, limit: usize) -> Option<Item> {
             s.tokens + extra + 1
         };
         let value = |i: usize| scores[i] - OVERVIEW_REDUNDANCY * redundancy[i];
+        let density =
+            |i: usize| value(i) / (sents[i].tokens.max(1) as f64).powf(salience::COST_POWER);
         let pick = (0..sents.len())
             .filter(|&i| !keep[i] && used + cost(i) <= limit && value(i) > 0.0)
-            .max_by(|&a, &b| value(a).total_cmp(&value(b)).then(b.cmp(&a)));
+            .max_by(|&a, &b| density(a).total_cmp(&density(b)).then(b.cmp(&a)));
         let Some(i) = pick else { break };
         used += cost(i);
         keep[i] = true;

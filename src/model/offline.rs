@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Bump when the algorithm changes: it is part of every node id the compressor makes. It
 /// names the salience weights' version too (`text::salience::VERSION`).
-pub const VERSION: &str = "offline-extractive-v4+salience-v3";
+pub const VERSION: &str = "offline-extractive-v4+salience-v5";
 
 /// How much a sentence's similarity to one already kept takes off its salience.
 const REDUNDANCY: f64 = 0.7;
@@ -123,13 +123,16 @@ fn choose(sents: &[Sent], budget: usize, req: &CompressRequest) -> Vec<usize> {
     let mut open: Vec<usize> = (0..sents.len()).collect();
     loop {
         let value = |i: usize| sents[i].score - REDUNDANCY * redundancy[i];
+        // Value per token^COST_POWER, as a budget is filled (a knapsack's greedy order).
+        let density =
+            |i: usize| value(i) / (sents[i].tokens.max(1) as f64).powf(salience::COST_POWER);
         // A summary is not padded: a sentence worth nothing (thin, a question, a repeat)
         // is left out even when it fits.
         let pick = open
             .iter()
             .copied()
             .filter(|&i| used + sents[i].tokens <= budget && value(i) > 0.0)
-            .max_by(|&a, &b| value(a).total_cmp(&value(b)).then(b.cmp(&a)));
+            .max_by(|&a, &b| density(a).total_cmp(&density(b)).then(b.cmp(&a)));
         let Some(i) = pick else { break };
         used += sents[i].tokens;
         order.push(i);

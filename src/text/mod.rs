@@ -11,11 +11,11 @@ pub(crate) mod time;
 mod words;
 
 pub(crate) use acts::{
-    Act, Reply, act_phrases, acts_of, acts_through, asked_act, asks_for_set, called_acts,
-    reply_of, turn_acts,
+    Act, Reply, act_phrases, acts_of, acts_through, asked_act, asks_for_set, called_acts, reply_of,
+    turn_acts,
 };
 
-pub(crate) use facts::{MONTHS, facts};
+pub(crate) use facts::{Facts, MONTHS, facts};
 pub(crate) use words::{content_words, is_stopword, term_counts};
 
 /// A sentence of some text, as byte offsets into it (trailing whitespace included, so the
@@ -286,7 +286,9 @@ mod tests {
         assert!(t[s[0].start..s[0].end].contains("Rowling"));
         let t = "We met J. R. R. Tolkien fans in the U.S.A. last May. Then we left.";
         assert_eq!(sentences(t).len(), 2);
-        assert!(is_initials("j.k.") && is_initials("e.g.") && !is_initials("no.") && !is_initials("ok"));
+        assert!(
+            is_initials("j.k.") && is_initials("e.g.") && !is_initials("no.") && !is_initials("ok")
+        );
     }
 
     /// The Sp and Close tables are what the segmenter uses: probed through its own breaks.

@@ -3,9 +3,9 @@
 //! here as a readable diff; when it is intended, `UPDATE_EXPECT=1 cargo test --test it
 //! context` rewrites the snapshots.
 
-use crate::support::check_window;
+use crate::support::{T0, check_window, demo_engine, rt};
 use expect_test::expect;
-use strata::{Level, LevelChoice};
+use strata::{Level, LevelChoice, NoProgress, TimeRange};
 
 #[test]
 fn auto_debate_window_at_1000_tokens() {
@@ -14,10 +14,10 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 982 of 1000 tokens, 10 node(s), 38 omitted
-            nodes: abstract × 1, summary × 5, full × 4
+            auto level, 991 of 1000 tokens, 11 node(s), 37 omitted
+            nodes: abstract × 1, summary × 6, full × 4
             ## Overview (abstract)
-            ## Round 39-43 (summary)
+            ## Round 38-43 (summary)
             ## Round 44 (full)
         "#]],
     );
@@ -30,12 +30,12 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3895 of 4000 tokens, 63 node(s), 0 omitted
-            nodes: abstract × 1, summary × 38, detailed × 4, full × 20
+            auto level, 3936 of 4000 tokens, 69 node(s), 0 omitted
+            nodes: abstract × 1, summary × 36, detailed × 8, full × 24
             ## Overview (abstract)
-            ## Round 1-38 (summary)
-            ## Round 39 (detailed)
-            ## Round 40-44 (full)
+            ## Round 1-36 (summary)
+            ## Round 37-38 (detailed)
+            ## Round 39-44 (full)
         "#]],
     );
 }
@@ -47,9 +47,9 @@ fn a_fixed_level_keeps_the_most_recent_rounds_of_a_debate() {
         LevelChoice::Fixed(Level::Summary),
         600,
         expect![[r#"
-            summary level, 557 of 600 tokens, 12 node(s), 32 omitted
-            nodes: summary × 12
-            ## Round 33-44 (summary)
+            summary level, 569 of 600 tokens, 14 node(s), 30 omitted
+            nodes: summary × 14
+            ## Round 31-44 (summary)
         "#]],
     );
 }
@@ -61,11 +61,167 @@ fn a_fixed_level_keeps_the_first_sections_of_documents() {
         LevelChoice::Fixed(Level::Detailed),
         4000,
         expect![[r#"
-            detailed level, 3870 of 4000 tokens, 24 node(s), 10 omitted
-            nodes: detailed × 24
+            detailed level, 3893 of 4000 tokens, 26 node(s), 10 omitted
+            nodes: detailed × 26
+            ## data/docs/1862-lincoln.txt (detailed)
             ## data/docs/1862-lincoln.txt (detailed)
             ## data/docs/1862-lincoln.txt (detailed)
             ## data/docs/1862-lincoln.txt (detailed)
         "#]],
     );
+}
+
+fn window_for(scope: &str, question: &str, budget: usize) -> strata::ContextWindow {
+    let e = demo_engine();
+    rt().block_on(e.context_for(
+        scope,
+        question,
+        budget,
+        &TimeRange::default(),
+        T0,
+        &NoProgress,
+    ))
+    .unwrap()
+}
+
+/// A window for a question: never over its budget (in real tokens), the same every time,
+/// every evidence part quoting its exact span of the source (which the text holds), saying
+/// why it was chosen, and the turn that answers is among them.
+#[test]
+fn a_window_for_a_question_holds_the_turns_that_bear_on_it() {
+    let e = demo_engine();
+    let q = "What cost estimate did the 2029 audit give?";
+    for budget in [1, 40, 300, 1000, 3000] {
+        let w = window_for("debate", q, budget);
+        assert!(w.tokens <= budget, "{} over {budget}", w.tokens);
+        assert_eq!(w.tokens, strata::token::count(&w.text));
+        assert_eq!(w.level, "for");
+        assert_eq!(w.focus.as_deref(), Some(q));
+        for n in w.nodes.iter().filter(|n| n.part == "evidence") {
+            assert_eq!(n.level, Level::Full);
+            assert!(n.why.contains_key("retrieval") && n.why.contains_key("rank"));
+            assert_eq!(n.spans.len(), 1);
+            let sp = &n.spans[0];
+            let src = e.source_text("debate", &sp.source).unwrap();
+            let quote = &src[sp.start as usize..sp.end as usize];
+            assert!(!quote.is_empty() && w.text.contains(quote), "{quote:?}");
+        }
+        assert_eq!(
+            window_for("debate", q, budget).text,
+            w.text,
+            "deterministic"
+        );
+    }
+    let w = window_for("debate", q, 1000);
+    assert!(w.text.contains("2029"), "{}", w.text);
+    assert!(w.nodes.iter().any(|n| n.part == "overview"));
+    assert!(
+        w.nodes.iter().filter(|n| n.part == "evidence").count() >= 5,
+        "{:?}",
+        w.nodes
+    );
+    // A question with no searchable word gets the unfocused window.
+    let w = window_for("debate", "what is it?", 500);
+    assert_eq!(w.level, "auto");
+}
+
+/// Regression: `context --level full --budget 1000` returned an empty window ("0 of 1000
+/// tokens … 30 omitted") when the newest round alone was over the budget, though most of
+/// its turns fit; now the newest turns that fit are kept.
+#[test]
+fn full_level_window_keeps_the_newest_turns_when_the_last_round_is_over_budget() {
+    let e = strata::Engine::in_memory(strata::Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = String::new();
+    for round in 1..=3 {
+        for k in 0..24 {
+            lines.push_str(&format!(
+                "{{\"round\": {round}, \"speaker\": \"s{k}\", \"text\": \"In round {round} speaker {k} says the ferry levy should pay for {} new berths at the harbour, and the council should vote on it before the summer.\"}}\n",
+                k + round
+            ));
+        }
+    }
+    let path = crate::support::write(dir.path(), "d.jsonl", lines);
+    e.ingest_files("d", None, &[path], T0).unwrap();
+    let round = rt()
+        .block_on(e.context(
+            "d",
+            LevelChoice::Fixed(Level::Full),
+            100_000,
+            T0,
+            &NoProgress,
+        ))
+        .unwrap();
+    assert!(round.tokens > 1000);
+    let w = rt()
+        .block_on(e.context("d", LevelChoice::Fixed(Level::Full), 400, T0, &NoProgress))
+        .unwrap();
+    assert!(
+        w.tokens <= 400 && w.tokens > 200,
+        "{} tokens: {}",
+        w.tokens,
+        w.text
+    );
+    assert!(w.text.contains("In round 3 speaker 23"), "{}", w.text);
+    assert!(!w.text.contains("In round 2 "), "{}", w.text);
+    assert!(w.nodes.iter().all(|n| n.partial));
+}
+
+/// Greetings, thanks and back-channel are never what a conversation's overview keeps.
+#[test]
+fn the_auto_overview_keeps_no_greetings_or_thanks() {
+    let e = strata::Engine::in_memory(strata::Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let facts = [
+        "I finally signed the lease on the studio above the bakery on Elm Street for 1,450 dollars a month.",
+        "My sister Dana starts her nursing degree at Ohio State in September.",
+        "We adopted a retired greyhound called Pepper from the shelter in Dayton.",
+        "The marathon in Columbus is on October 12 and I am running it for the children's hospital.",
+        "I switched teams at work and now lead the billing migration to the new vendor.",
+    ];
+    let fillers = [
+        "Hey John!",
+        "Thanks!",
+        "Haha, yes.",
+        "Oh wow.",
+        "Good morning!",
+        "Sure, sounds good.",
+    ];
+    let mut lines = String::new();
+    for round in 1..=30usize {
+        for (k, sp) in ["John", "Maria"].iter().enumerate() {
+            let mut text = fillers[(round + k) % fillers.len()].to_string();
+            if (round + k) % 6 == 0 {
+                text.push(' ');
+                text.push_str(facts[(round / 6 + k) % facts.len()]);
+            }
+            lines.push_str(&format!(
+                "{{\"round\": {round}, \"speaker\": \"{sp}\", \"text\": {}}}\n",
+                serde_json::to_string(&text).unwrap()
+            ));
+        }
+    }
+    let path = crate::support::write(dir.path(), "chat.jsonl", lines);
+    e.ingest_files("chat", None, &[path], T0).unwrap();
+    let w = rt()
+        .block_on(e.context("chat", LevelChoice::Auto, 200, T0, &NoProgress))
+        .unwrap();
+    let overview = w.text.split("\n\n").next().unwrap();
+    for f in fillers {
+        assert!(!overview.contains(f), "{f:?} in the overview:\n{}", w.text);
+    }
+    assert!(facts.iter().any(|f| overview.contains(*f)), "{}", w.text);
+    // The whole scope's ABSTRACT, by the same rule.
+    let w = rt()
+        .block_on(e.context(
+            "chat",
+            LevelChoice::Fixed(Level::Abstract),
+            2000,
+            T0,
+            &NoProgress,
+        ))
+        .unwrap();
+    for f in fillers {
+        assert!(!w.text.contains(f), "{f:?} in the abstract:\n{}", w.text);
+    }
 }

@@ -46,7 +46,8 @@ pub(in crate::server) struct ContextResponse {
         ("level" = String, Path, description = "ABSTRACT, SUMMARY, DETAILED, RAW/FULL, METADATA or AUTO, any case"),
         ("budget" = Option<usize>, Query, description = "Tokens at most (required for auto)"),
         ("since" = Option<String>, Query, description = "Only turns said at or after this time (RFC 3339 or a date)"),
-        ("until" = Option<String>, Query, description = "Only turns said at or before this time (RFC 3339 or a date)")),
+        ("until" = Option<String>, Query, description = "Only turns said at or before this time (RFC 3339 or a date)"),
+        ("for" = Option<String>, Query, description = "Build the window for this question or the turn about to be spoken: the turns that bear on it, with a short overview (the level is then ignored; needs a budget)")),
     responses((status = 200, description = "The window", body = ContextResponse)))]
 pub(in crate::server) async fn context(
     State(s): State<Arc<AppState>>,
@@ -69,9 +70,9 @@ pub(in crate::server) async fn context(
             crate::context::check_budget(b)?;
             Some(b)
         }
-        None if choice == LevelChoice::Auto => {
+        None if choice == LevelChoice::Auto || params.contains_key("for") => {
             return Err(ApiError::bad(
-                "the auto level needs a budget: the budget query parameter (?budget=N)",
+                "the auto level and a window `for` a question need a budget: the budget query parameter (?budget=N)",
             ));
         }
         None => None,
@@ -86,9 +87,18 @@ pub(in crate::server) async fn context(
         s.metrics.observe_build(&r);
     }
     let (st, plan) = (s.clone(), view.plan.within(&during)?);
+    let focus = params.get("for").cloned();
     let (window, nodes) = blocking(move || {
         let corpus = st.engine.corpus();
-        let w = crate::context::window(&corpus, &plan, choice, budget.unwrap_or(usize::MAX), now)?;
+        let budget = budget.unwrap_or(usize::MAX);
+        let focused = match &focus {
+            Some(text) => crate::context::focused(&corpus, &plan, text, budget, now)?,
+            None => None,
+        };
+        let w = match focused {
+            Some(w) => w,
+            None => crate::context::window(&corpus, &plan, choice, budget, now)?,
+        };
         // Each node's keywords come from the METADATA of its chunk, group or scope.
         let detailed_of: HashMap<NodeId, NodeId> =
             plan.chunks.iter().map(|c| (c.full, c.detailed)).collect();

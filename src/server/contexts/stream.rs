@@ -97,7 +97,9 @@ pub(in crate::server) struct StreamRequest {
     /// Only the nodes that match this search.
     #[serde(default)]
     query: Option<String>,
-    /// targeted: the level (default SUMMARY); otherwise the level to start from.
+    /// targeted: the level (default SUMMARY; with a `query` and no level, the window for
+    /// the query: the turns or passages that bear on it, within `chunk_size` tokens);
+    /// otherwise the level to start from.
     #[serde(default)]
     level: Option<String>,
     /// Tokens per chunk, about (default 500).
@@ -194,6 +196,43 @@ pub(in crate::server) async fn stream(
     let (view, report) = s.engine.serving_view(&req.context_id, now).await?;
     if let Some(r) = report {
         s.metrics.observe_build(&r);
+    }
+    // Targeted at a question: the question-focused window, one chunk.
+    if let ("targeted", None, Some(q)) = (mode.as_str(), from, req.query.as_deref())
+        && !q.trim().is_empty()
+    {
+        let (st, plan, q) = (s.clone(), view.plan.clone(), q.to_string());
+        let w = blocking(move || {
+            let corpus = st.engine.corpus();
+            Ok(crate::context::focused(
+                &corpus, &plan, &q, chunk_size, now,
+            )?)
+        })
+        .await?;
+        if let Some(w) = w {
+            let mut metadata = BTreeMap::new();
+            if with_meta {
+                metadata.insert(
+                    "node_ids".to_string(),
+                    w.nodes.iter().map(|n| n.id.clone()).collect(),
+                );
+            }
+            let chunk = StreamChunk {
+                level: "FOR".into(),
+                content: w.text,
+                token_count: w.tokens as u64,
+                is_final: true,
+                metadata,
+            };
+            return Ok(Json(StreamResponse {
+                context_id: req.context_id,
+                mode,
+                query: req.query,
+                chunks: vec![chunk],
+                total_chunks: 1,
+                timestamp: iso8601(now),
+            }));
+        }
     }
     let (st, plan, context_id, query) = (
         s.clone(),

@@ -125,4 +125,3 @@ fn stances_promises_and_changes_without_the_classic_verbs() {
     assert!(asks_for_set("Who objected to the levy?"));
     assert!(!asks_for_set("Who first objected to the levy?"));
 }
-

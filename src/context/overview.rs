@@ -1,0 +1,234 @@
+//! The overview of a whole scope when its ABSTRACT does not fit: the most salient sentences
+//! of the scope itself, judged against all of it.
+//!
+//! The ABSTRACT is made bottom-up, each node from its own inputs only (a round, a run of
+//! rounds), so what recurs across a whole debate — a topic raised in round 3, objected to in
+//! round 40 and voted on in round 200 — is invisible to the steps that drop sentences on the
+//! way up. Here every sentence of the scope is ranked by `text::salience` over the whole
+//! scope at once (each turn or section a passage, so a recurring topic is a thread;
+//! repeated sentences counted once), and chosen greedily by salience per token, less their
+//! similarity to what is already chosen. Scopes too large for that within a request keep the
+//! ABSTRACT-based overview.
+
+use super::Item;
+use crate::corpus::Corpus;
+use crate::error::Result;
+use crate::level::Level;
+use crate::node::{NodeId, Span};
+use crate::plan::Plan;
+use crate::store::ScopeKind;
+use crate::text::{self, salience};
+use crate::token;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+/// Scopes with more FULL tokens than this keep the ABSTRACT-based overview.
+pub(super) const MAX_TOKENS: u64 = 300_000;
+/// How much similarity to a chosen sentence takes off another's salience.
+const REDUNDANCY: f64 = 0.7;
+
+struct Sent {
+    chunk: usize,
+    start: usize,
+    end: usize,
+    /// Bytes, for ordering before the exact count.
+    approx_tokens: f64,
+    score: f64,
+    bag: std::collections::BTreeMap<String, u32>,
+}
+
+/// A heap entry: lazy greedy (values only fall as more is chosen).
+struct Entry {
+    key: f64,
+    idx: usize,
+    round: usize,
+}
+impl PartialEq for Entry {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.key
+            .total_cmp(&o.key)
+            .then_with(|| o.idx.cmp(&self.idx))
+    }
+}
+
+/// The overview of `plan`'s scope in at most `limit` tokens, or `None` when the scope is
+/// too large for it (see [`MAX_TOKENS`]) or nothing fits.
+pub(super) fn salient(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    limit: usize,
+    now: u64,
+) -> Result<Option<Item>> {
+    let _ = now;
+    if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
+        return Ok(None);
+    }
+    let header = "## Overview (salient sentences)".to_string();
+    let header_cost = token::count(&header) + 2;
+    if limit <= header_cost {
+        return Ok(None);
+    }
+    let ids: Vec<NodeId> = plan.chunks.iter().map(|c| c.full).collect();
+    let nodes = corpus.nodes(&ids)?;
+    let mut texts: Vec<String> = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        texts.push(n.map(|n| n.text).unwrap_or_default());
+    }
+    let mut sents: Vec<Sent> = Vec::new();
+    for (ci, t) in texts.iter().enumerate() {
+        for sp in text::sentences(t) {
+            let raw = &t[sp.start..sp.end];
+            let lead = raw.len() - raw.trim_start().len();
+            let trimmed = raw.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            sents.push(Sent {
+                chunk: ci,
+                start: sp.start + lead,
+                end: sp.start + lead + trimmed.len(),
+                approx_tokens: (trimmed.len() as f64 / 4.0).max(1.0),
+                score: 0.0,
+                bag: text::term_counts(trimmed),
+            });
+        }
+    }
+    if sents.is_empty() {
+        return Ok(None);
+    }
+    // A sentence repeated word for word is one unit for the statistics: a repeat is not a
+    // thread.
+    let text_of = |s: &Sent| &texts[s.chunk][s.start..s.end];
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut unit_of: Vec<usize> = Vec::with_capacity(sents.len());
+    let mut units: Vec<salience::Unit<'_>> = Vec::new();
+    for s in &sents {
+        let t = text_of(s);
+        let u = *first.entry(t).or_insert_with(|| {
+            units.push(salience::Unit {
+                text: t,
+                passage: match plan.kind {
+                    ScopeKind::Debate => plan.chunks[s.chunk].source,
+                    ScopeKind::Doc => s.chunk,
+                },
+            });
+            units.len() - 1
+        });
+        unit_of.push(u);
+    }
+    let scores: Vec<f64> = salience::features(&units)
+        .iter()
+        .map(salience::Features::score)
+        .collect();
+    let mut taken_unit = vec![false; units.len()];
+    for (s, &u) in sents.iter_mut().zip(&unit_of) {
+        s.score = scores[u];
+    }
+    let labels: Vec<Option<String>> = (0..plan.chunks.len())
+        .map(|ci| plan.chunk_label(ci))
+        .collect();
+    let key = |s: &Sent, redundancy: f64| {
+        (s.score - REDUNDANCY * redundancy) / s.approx_tokens.powf(salience::COST_POWER)
+    };
+    let mut heap: BinaryHeap<Entry> = sents
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.score > 0.0)
+        .map(|(i, s)| Entry {
+            key: key(s, 0.0),
+            idx: i,
+            round: 0,
+        })
+        .collect();
+    let mut picked: Vec<usize> = Vec::new();
+    let mut chunk_used = vec![false; plan.chunks.len()];
+    let mut used = header_cost;
+    while let Some(e) = heap.pop() {
+        let s = &sents[e.idx];
+        if taken_unit[unit_of[e.idx]] {
+            continue;
+        }
+        if e.round != picked.len() {
+            // Stale: re-score against what is chosen now and put it back.
+            let red = picked
+                .iter()
+                .map(|&p| salience::similarity(&sents[p].bag, &s.bag))
+                .fold(0.0, f64::max);
+            if s.score - REDUNDANCY * red <= 0.0 {
+                continue;
+            }
+            heap.push(Entry {
+                key: key(s, red),
+                idx: e.idx,
+                round: picked.len(),
+            });
+            continue;
+        }
+        let label_cost = match (&labels[s.chunk], chunk_used[s.chunk]) {
+            (Some(l), false) => token::count(l) + 2,
+            _ => 1,
+        };
+        let c = token::count(text_of(s)) + label_cost;
+        if used + c > limit {
+            continue;
+        }
+        used += c;
+        chunk_used[s.chunk] = true;
+        taken_unit[unit_of[e.idx]] = true;
+        picked.push(e.idx);
+    }
+    if picked.is_empty() {
+        return Ok(None);
+    }
+    picked.sort_by_key(|&i| (sents[i].chunk, sents[i].start));
+    let mut body = String::new();
+    let mut nodes: Vec<(NodeId, Level, u32)> = Vec::new();
+    let mut excerpts: Vec<(NodeId, Span)> = Vec::new();
+    let mut last_chunk = None;
+    for &i in &picked {
+        let s = &sents[i];
+        let c = &plan.chunks[s.chunk];
+        if last_chunk == Some(s.chunk) {
+            body.push(' ');
+        } else {
+            if !body.is_empty() {
+                body.push('\n');
+            }
+            if let Some(l) = &labels[s.chunk] {
+                body.push_str(l);
+                body.push_str(": ");
+            }
+            nodes.push((c.full, Level::Full, c.tokens));
+        }
+        body.push_str(text_of(s));
+        excerpts.push((
+            c.full,
+            Span {
+                source: plan.sources[c.source].id.clone(),
+                start: c.start + s.start as u64,
+                end: c.start + s.end as u64,
+            },
+        ));
+        last_chunk = Some(s.chunk);
+    }
+    Ok(Some(Item {
+        header: Some(header),
+        body,
+        nodes,
+        order: super::OVERVIEW,
+        groups: (0, plan.groups.len().saturating_sub(1)),
+        partial: true,
+        excerpts,
+    }))
+}
