@@ -352,9 +352,9 @@ fn an_agent_uses_every_tool_over_stdio() {
         "{e}"
     );
 
-    // execute_analysis: a script over the segment (its items are alice's turns), with
-    // the engine's primitives; then scripts that break the sandbox's limits or reach for
-    // what it does not offer, each a one-line tool error.
+    // execute_analysis: a script over the segment (a table of alice's turns, read an item at
+    // a time), with the engine's primitives; then scripts that break the sandbox's limits or
+    // reach for what it does not offer, each a one-line tool error.
     let r = mcp.ok(
         "execute_analysis",
         json!({"script": r#"
