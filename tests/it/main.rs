@@ -21,6 +21,7 @@ mod props;
 mod reduce;
 mod replicas;
 mod script;
+mod security_script;
 mod server;
 mod support;
 mod trace;
