@@ -22,11 +22,11 @@
 //!   buffer that stops one byte past its limit ([`text`], [`json`]).
 //! - **Values in variables.** rhai does not check a container grown by index assignment
 //!   (`m[k] = v`, `a[i] = v`): only the assigned item is checked. The sandbox checks the
-//!   whole value of a variable each time the script reads it (`on_var`, [`check`]), keys
-//!   included, so a map grown key by key fails at its next use, one entry past the limit.
+//!   whole value of a variable as the script reads it (`on_var`, [`Reads`]), keys
+//!   included, so a map grown key by key fails within 16 assignments past the limit.
 //!   (`this` is disabled, so every container the script can grow is reached through a
-//!   variable.) The cost is a walk of the value per read: at most the limits (10,000
-//!   elements) per operation.
+//!   variable.) A walk stops at the limits, and walks are amortised to at most 64 values
+//!   per read.
 //!
 //! Built-in operators that rhai resolves without a registered function (`+` and `+=` of
 //! strings, characters and arrays) check the sum before allocating (strings) or after
@@ -199,6 +199,8 @@ pub(super) struct Sizes {
     pub(super) entries: usize,
     pub(super) bytes: usize,
     pub(super) depth: usize,
+    /// Values visited to count these (what the walk cost).
+    pub(super) nodes: usize,
 }
 
 impl Sizes {
@@ -247,6 +249,7 @@ fn walk(v: &Dynamic, depth: usize, stop: &Limits, s: &mut Sizes) {
         return;
     }
     s.depth = s.depth.max(depth);
+    s.nodes += 1;
     if v.is_shared() {
         // A variable captured by a closure; unreadable only while it is being written.
         if let Some(inner) = v.read_lock::<Dynamic>() {
@@ -290,11 +293,47 @@ pub(super) fn too_large(what: String) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorDataTooLarge(what, Position::NONE))
 }
 
-/// `v` within `limits`, or the error saying which it breaks.
-pub(super) fn check(v: &Dynamic, limits: &Limits) -> Result<(), Box<EvalAltResult>> {
-    match sizes(v, limits).over(limits) {
-        Some(what) => Err(too_large(what)),
-        None => Ok(()),
+/// Reads of one variable between two walks of its value, at most.
+const READS_PER_WALK: u32 = 16;
+/// Values a walk may visit per read since the last one (its amortised cost).
+const NODES_PER_READ: usize = 64;
+
+/// The check of variables as they are read: each read of a variable walks its whole value
+/// unless that is large and was walked within the last [`READS_PER_WALK`] reads, so the
+/// walks cost at most [`NODES_PER_READ`] values per read on average (building a map of
+/// 10,000 entries key by key walks it ~600 times, not 10,000). A container grown by index
+/// assignment (each assignment is one read of its variable) fails at most 16 assignments
+/// past a limit, each of them checked on its own by rhai.
+#[derive(Default)]
+pub(super) struct Reads {
+    /// Per variable name: reads since its value was walked, and what that walk visited.
+    seen: std::cell::RefCell<std::collections::HashMap<String, (u32, usize)>>,
+}
+
+impl Reads {
+    pub(super) fn check(
+        &self,
+        name: &str,
+        v: &Dynamic,
+        limits: &Limits,
+    ) -> Result<(), Box<EvalAltResult>> {
+        let mut seen = self.seen.borrow_mut();
+        let due = match seen.get_mut(name) {
+            Some((reads, nodes)) => {
+                *reads += 1;
+                *reads >= READS_PER_WALK || *reads as usize * NODES_PER_READ >= *nodes
+            }
+            None => true,
+        };
+        if !due {
+            return Ok(());
+        }
+        let s = sizes(v, limits);
+        seen.insert(name.to_string(), (0, s.nodes));
+        match s.over(limits) {
+            Some(what) => Err(too_large(what)),
+            None => Ok(()),
+        }
     }
 }
 

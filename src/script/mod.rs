@@ -70,12 +70,14 @@
 
 mod bridge;
 mod checked;
+mod job;
 mod meter;
 mod sandbox;
 mod table;
 
-use bridge::{Bridge, Job, Msg};
+use bridge::{Bridge, Msg};
 pub use futures::future::BoxFuture;
+use job::Job;
 pub use meter::{MAX_SCRIPTS, MAX_TOTAL_MEMORY};
 use serde_json::Value;
 use std::sync::Arc;

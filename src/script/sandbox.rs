@@ -2,7 +2,7 @@
 //! table type, the primitives, the limits and the callbacks that enforce what rhai does
 //! not (wall time, cancellation, memory, the sizes of variables).
 
-use super::bridge::Bridge;
+use super::bridge::{Answer, Bridge, TERMINATE, terminated};
 use super::{
     Call, DEFAULT_HITS, DISABLED, Final, Limits, MAX_HITS, ScriptError, checked, meter, table,
 };
@@ -14,18 +14,6 @@ use rhai::{Array, Dynamic, Engine, EvalAltResult, INT, OptimizationLevel, Positi
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-/// The value a script is terminated with (the reason is kept beside it).
-pub(super) const TERMINATE: &str = "strata-sandbox-terminated";
-
-pub(super) type Answer = Result<Dynamic, Box<EvalAltResult>>;
-
-pub(super) fn terminated() -> Box<EvalAltResult> {
-    Box::new(EvalAltResult::ErrorTerminated(
-        TERMINATE.into(),
-        Position::NONE,
-    ))
-}
 
 fn hits(limit: INT) -> usize {
     limit.clamp(1, MAX_HITS as INT) as usize
@@ -111,15 +99,16 @@ pub(super) fn engine(limits: &Limits, bridge: Arc<Bridge>) -> Engine {
         }
         None
     });
-    // Each read of a variable checks its whole value (see `checked`): a container grown
-    // by index assignment fails at its next use. Constants (the bindings) are the host's.
+    // Reads of variables check their values (see `checked::Reads`): a container grown by
+    // index assignment fails within a few uses. Constants (the bindings) are the host's.
     let l = limits.clone();
+    let reads = checked::Reads::default();
     #[allow(deprecated)] // "volatile", not deprecated: the API may change in rhai.
     e.on_var(move |name, _, ctx| {
         if let Some(v) = ctx.scope().get(name)
             && !v.is_read_only()
         {
-            checked::check(v, &l)?;
+            reads.check(name, v, &l)?;
         }
         Ok(None)
     });
