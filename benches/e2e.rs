@@ -361,6 +361,7 @@ fn main() {
             round,
             speaker: speaker.into(),
             text: turn_text(&mut rng, round, speaker),
+            time: None,
         };
         let t = Instant::now();
         engine
@@ -402,6 +403,7 @@ fn main() {
         round: DEBATE_ROUNDS + 1,
         speaker: "bob".into(),
         text: turn_text(&mut rng, DEBATE_ROUNDS + 1, "bob"),
+        time: None,
     };
     let t = Instant::now();
     engine

@@ -249,6 +249,7 @@ fn sample_nodes(now: u64) -> Vec<Node> {
             speakers: Vec::new(),
             headings: c.headings.clone(),
             tags: None,
+            time: None,
         };
         let full = Node {
             id: full_id("docs", source, c.start, c.end, &body),

@@ -115,6 +115,7 @@ fn debate(rounds: u32, turns: usize) -> InputFile {
                 round: r,
                 speaker: speaker.to_string(),
                 text,
+                time: None,
             };
             sources.push(
                 strata::source::turn_input(format!("bench#{r}-{t}"), turn).expect("valid turn"),

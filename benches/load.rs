@@ -81,6 +81,7 @@ fn main() {
                     "In round {} I propose budget line {} of ${} million for the {} district, to finish by {}.",
                     i / 4 + 1, i, 10 + i % 90, ["north", "south", "east", "west"][i as usize % 4], 2030 + i % 10
                 ),
+                time: None,
             };
             engine.append("load", turn, now).unwrap();
         }

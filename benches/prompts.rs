@@ -167,6 +167,7 @@ fn main() {
             round,
             speaker: speaker.into(),
             text: debate::turn_text(&mut rng, round, speaker),
+            time: None,
         };
         e.append("debate", turn, now).expect("append");
         let r = rt

@@ -58,6 +58,7 @@ pub mod source;
 pub mod store;
 pub use store::sled::repair;
 mod text;
+pub mod time;
 pub mod token;
 pub mod trace;
 
@@ -73,3 +74,4 @@ pub use navigate::{Budget, Budgets, Citation, QueryResult, Step, Stop};
 pub use node::{Node, NodeId, Span};
 pub use progress::{NoProgress, Progress};
 pub use store::{ScopeKind, Store};
+pub use time::{Time, TimeRange};

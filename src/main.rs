@@ -97,18 +97,35 @@ fn run_command(
 ) -> Result<()> {
     let (engine, rt) = (engine, rt);
     match cmd {
-        Cmd::Ingest { scope, kind, files } => ingest(engine, &scope, kind, &files, now, json),
+        Cmd::Ingest {
+            scope,
+            kind,
+            time,
+            files,
+        } => ingest(engine, &scope, kind, time, &files, now, json),
         Cmd::Compress { scope } => compress(engine, rt, &scope, now, json),
         Cmd::Context {
             scope,
             level,
             budget,
-        } => context(engine, rt, &scope, &level, budget, now, json),
+            focus,
+            during,
+        } => {
+            let ask = Window {
+                scope: &scope,
+                level: &level,
+                focus: focus.as_deref(),
+                budget,
+                during: during.range()?,
+            };
+            context(engine, rt, &ask, now, json)
+        }
         Cmd::Query {
             scope,
             all,
             trace,
             time_limit_ms,
+            during,
             question,
         } => {
             let scopes: Vec<String> = if all {
@@ -120,6 +137,7 @@ fn run_command(
                 scopes: &scopes,
                 question: &question,
                 time_limit_ms,
+                during: during.range()?,
                 trace: trace.as_deref(),
             };
             query(engine, rt, &ask, now, json)
@@ -175,11 +193,15 @@ fn ingest(
     engine: &Engine,
     scope: &str,
     kind: Option<String>,
+    time: Option<String>,
     files: &[PathBuf],
     now: u64,
     json: bool,
 ) -> Result<()> {
     let kind = kind.map(|k| k.parse::<ScopeKind>()).transpose()?;
+    let time = time
+        .map(|t| strata::Time::parse(&t).map_err(|e| anyhow::anyhow!("--time: {e}")))
+        .transpose()?;
     let total: u64 = files
         .iter()
         .filter_map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
@@ -189,7 +211,7 @@ fn ingest(
         files.len(),
         human_bytes(total)
     ));
-    let r = engine.ingest_files(scope, kind, files, now);
+    let r = engine.ingest_files_at(scope, kind, files, time, now);
     spinner.finish();
     let r = r?;
     if json {
@@ -284,20 +306,46 @@ fn compress(
     Ok(())
 }
 
+/// What `strata context` was asked.
+struct Window<'a> {
+    scope: &'a str,
+    level: &'a str,
+    /// `--for`: the question or turn the window is for.
+    focus: Option<&'a str>,
+    budget: usize,
+    /// `--since` / `--until`.
+    during: strata::TimeRange,
+}
+
 /// `strata context`: a scope at a level within a token budget; the text on stdout, what it
 /// is made of on stderr.
 fn context(
     engine: &Engine,
     rt: &tokio::runtime::Runtime,
-    scope: &str,
-    level: &str,
-    budget: usize,
+    ask: &Window<'_>,
     now: u64,
     json: bool,
 ) -> Result<()> {
-    let choice: LevelChoice = level.parse()?;
+    let choice: LevelChoice = ask.level.parse()?;
     let bar = Bar::new();
-    let w = rt.block_on(engine.context(scope, choice, budget, now, &bar))?;
+    let w = match ask.focus {
+        Some(text) => rt.block_on(engine.context_for(
+            ask.scope,
+            text,
+            ask.budget,
+            &ask.during,
+            now,
+            &bar,
+        ))?,
+        None => rt.block_on(engine.context_during(
+            ask.scope,
+            choice,
+            ask.budget,
+            &ask.during,
+            now,
+            &bar,
+        ))?,
+    };
     if json {
         return print_json(&w);
     }
@@ -330,6 +378,8 @@ struct Ask<'a> {
     scopes: &'a [String],
     question: &'a str,
     time_limit_ms: Option<u64>,
+    /// `--since` / `--until`.
+    during: strata::TimeRange,
     trace: Option<&'a std::path::Path>,
 }
 
@@ -347,6 +397,7 @@ fn query(
         scopes,
         question,
         time_limit_ms,
+        during,
         trace,
     } = ask;
     let bar = Bar::new();
@@ -354,6 +405,7 @@ fn query(
     if let Some(ms) = time_limit_ms {
         qcfg.time_limit_ms = ms;
     }
+    qcfg.during = during;
     let stop = strata::Stop::default();
     let on_signal = stop.clone();
     let watcher = rt.spawn(async move {
@@ -385,11 +437,19 @@ fn query(
         r.confidence,
         if r.ready { ", ready" } else { ", not ready" }
     );
+    if r.when.is_some()
+        && let Some(date) = r.answer.lines().next()
+    {
+        out!("  When: {date}");
+    }
     for (i, c) in r.citations.iter().enumerate() {
-        let who = match (&c.speaker, c.round) {
+        let mut who = match (&c.speaker, c.round) {
             (Some(s), Some(rd)) => format!(" — {s}, round {rd}"),
             _ => String::new(),
         };
+        if let Some(t) = &c.time {
+            who.push_str(&format!("{}{t}", if who.is_empty() { " — " } else { ", " }));
+        }
         out!("  [{}] {}", i + 1, c.quote);
         out!("      {} bytes {}..{}{who}", c.source, c.start, c.end);
     }
@@ -468,6 +528,9 @@ fn serve(
     addr: Option<String>,
 ) -> Result<()> {
     let addr = addr.unwrap_or_else(|| engine.config().server.addr.clone());
+    // Each connection takes a descriptor: use what the hard limit allows (the server keeps
+    // its connections below it).
+    strata::server::raise_open_file_limit();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await

@@ -1,6 +1,7 @@
 //! The data model: nodes, their content-addressed ids, and the source spans they cite.
 
 use crate::level::Level;
+use crate::time::{Time, TimeSpan};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -60,20 +61,44 @@ impl IdHasher {
     }
 }
 
-/// The id of a FULL node: its scope, its source, its span and its verbatim text. The scope
-/// is part of it because a node belongs to one scope (its index document is filtered by
-/// it): two scopes ingesting the same file must not share, and so overwrite, its nodes.
+/// The id of a FULL node of a source without a time: its scope, its source, its span and
+/// its verbatim text ([`full_id_at`] adds the time of a source that has one). The scope is
+/// part of it because a node belongs to one scope (its index document is filtered by it):
+/// two scopes ingesting the same file must not share, and so overwrite, its nodes.
 /// Lengths go first, so no two (scope, source) pairs hash alike.
+///
+/// A source's time is source data: the same words said at another time are another
+/// statement, so re-ingesting a source with another time makes new nodes (and rebuilds
+/// what is derived from them, whose labels show the time). A source without a time
+/// hashes exactly as before times existed, so the ids of existing stores stay valid; with
+/// one, one more length-prefixed field follows the text, so no timed id equals an untimed
+/// one.
 pub fn full_id(scope: &str, source: &str, start: usize, end: usize, text: &str) -> NodeId {
-    IdHasher::new(Level::Full, "")
-        .bytes(&(scope.len() as u64).to_le_bytes())
+    full_id_at(scope, source, start, end, text, None)
+}
+
+/// [`full_id`] of a chunk of a source said or written at `time`.
+pub fn full_id_at(
+    scope: &str,
+    source: &str,
+    start: usize,
+    end: usize,
+    text: &str,
+    time: Option<&Time>,
+) -> NodeId {
+    let mut h = IdHasher::new(Level::Full, "");
+    h.bytes(&(scope.len() as u64).to_le_bytes())
         .bytes(scope.as_bytes())
         .bytes(&(source.len() as u64).to_le_bytes())
         .bytes(source.as_bytes())
         .bytes(&(start as u64).to_le_bytes())
         .bytes(&(end as u64).to_le_bytes())
-        .bytes(text.as_bytes())
-        .finish()
+        .bytes(text.as_bytes());
+    if let Some(t) = time {
+        // The normalised form as given (instant, offset, date or not): one spelling each.
+        h.bytes(t.to_string().as_bytes());
+    }
+    h.finish()
 }
 
 /// The id of a derived node: its level, its inputs' ids (which transitively cover their
@@ -132,6 +157,9 @@ pub struct Meta {
     pub headings: Vec<String>,
     /// Routing tags (METADATA nodes only).
     pub tags: Option<Tags>,
+    /// When the sources beneath were said or written (FULL: its source's time; derived:
+    /// the earliest and latest beneath); `None` when none has a time.
+    pub time: Option<TimeSpan>,
 }
 
 /// One node of the level tree.
@@ -217,5 +245,20 @@ pub(crate) fn context_label(n: &Node) -> String {
         }
     }
     parts.extend(n.meta.headings.iter().cloned());
+    if let Some(t) = &n.meta.time {
+        parts.push(time_words(t));
+    }
     parts.join(" ")
+}
+
+/// When a node was said, in the words a question uses: `Wednesday 4 March 2026`, or
+/// `4 March 2026 to 9 March 2026` for a span of days. Weekday, day, month and year are
+/// each a word a question may name ("in March", "on Wednesday", "in 2026").
+pub(crate) fn time_words(t: &TimeSpan) -> String {
+    let (a, b) = (t.first.date(), t.last.date());
+    if a == b {
+        a.format("%A %-d %B %Y").to_string()
+    } else {
+        format!("{} to {}", a.format("%-d %B %Y"), b.format("%-d %B %Y"))
+    }
 }

@@ -10,6 +10,8 @@ use crate::model::Inputs;
 use crate::model::prompts::{accepted_tokens, frame_tokens, passage_tokens, reply_tokens};
 use crate::node::{NodeId, derived_id};
 use crate::store::{ScopeKind, ScopeRecord, Store};
+use crate::time::Time;
+use crate::time::{TimeRange, TimeSpan};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -21,6 +23,24 @@ pub struct PlannedSource {
     pub id: String,
     pub round: Option<u32>,
     pub speaker: Option<String>,
+    /// When it was said or written.
+    pub time: Option<Time>,
+}
+
+impl PlannedSource {
+    /// Who said it, in which round, when: `alice (round 3)`, `alice (round 3,
+    /// 2026-03-04)`; a document with a time: `2026-03-04`. `None` for a document
+    /// without one.
+    pub fn label(&self) -> Option<String> {
+        let date = self.time.map(|t| t.date_label());
+        match (&self.speaker, self.round, date) {
+            (Some(sp), Some(r), None) => Some(format!("{sp} (round {r})")),
+            (Some(sp), Some(r), Some(d)) => Some(format!("{sp} (round {r}, {d})")),
+            (Some(sp), None, None) => Some(sp.clone()),
+            (Some(sp), None, Some(d)) => Some(format!("{sp} ({d})")),
+            (None, _, d) => d,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -92,6 +112,12 @@ pub struct Plan {
     /// METADATA node id for each derived node (DETAILED, SUMMARY, ABSTRACT).
     pub metadata: HashMap<NodeId, NodeId>,
     pub full_tokens: u64,
+}
+
+/// Views are derived data: a plan of another shape is not read but replaced
+/// (`Engine::last_view`). Version 2: sources carry their time.
+impl crate::store::Record for Plan {
+    const VERSION: u8 = 2;
 }
 
 /// What goes into a derived node's id besides its inputs: the model and prompt version, and
@@ -197,16 +223,13 @@ impl Plan {
                 id: rec.id.clone(),
                 round: rec.round,
                 speaker: rec.speaker.clone(),
+                time: rec.time,
             });
             let mut last_section = None;
             for c in &rec.chunks {
                 full_tokens += c.tokens as u64;
                 let ci = chunks.len();
-                let label = match (&rec.speaker, rec.round) {
-                    (Some(sp), Some(r)) => Some(format!("{sp} (round {r})")),
-                    (Some(sp), None) => Some(sp.clone()),
-                    _ => None,
-                };
+                let label = sources[si].label();
                 let cost = accepted_tokens(sizing.detailed_target(c.tokens as u64))
                     + passage_tokens(label.as_deref());
                 // Whether the chunk still fits the current group's SUMMARY prompt.
@@ -380,14 +403,100 @@ impl Plan {
             .chain(self.metadata.values().copied())
     }
 
-    /// A display label for a chunk's author: `alice (round 3)` in a debate.
+    /// A display label for a chunk's author: `alice (round 3)` in a debate, `alice
+    /// (round 3, 2026-03-04)` when the turn has a time ([`PlannedSource::label`]).
     pub fn chunk_label(&self, ci: usize) -> Option<String> {
-        let s = &self.sources[self.chunks[ci].source];
-        match (&s.speaker, s.round) {
-            (Some(sp), Some(r)) => Some(format!("{sp} (round {r})")),
-            (Some(sp), None) => Some(sp.clone()),
-            _ => None,
+        self.sources[self.chunks[ci].source].label()
+    }
+
+    /// The time of a chunk's source.
+    pub fn chunk_time(&self, ci: usize) -> Option<Time> {
+        self.sources[self.chunks[ci].source].time
+    }
+
+    /// The times of the chunks of a group: the earliest and the latest (`None` when
+    /// none has one).
+    pub fn group_time(&self, gi: usize) -> Option<TimeSpan> {
+        self.groups[gi]
+            .chunks
+            .iter()
+            .filter_map(|&ci| self.chunk_time(ci).map(TimeSpan::of))
+            .reduce(TimeSpan::merge)
+    }
+
+    /// [`Plan::during`], or an error saying nothing in the scope was said in `range`.
+    pub fn within(&self, range: &TimeRange) -> Result<Plan> {
+        self.during(range).ok_or_else(|| {
+            Error::invalid(format!(
+                "nothing in `{}` was said {range} (sources without a time are left out when a time range is given)",
+                self.scope
+            ))
+        })
+    }
+
+    /// The part of this tree whose sources were said within `range`, for reading (a
+    /// window, a query), never for building: the chunks whose source time is in the
+    /// range, the groups with such a chunk (a group's SUMMARY counts when its time span
+    /// overlaps the range), the ABSTRACT (the overview of the whole scope) and the
+    /// METADATA of what is kept. The reduction between the groups and the ABSTRACT is
+    /// left out (the ABSTRACT's inputs are the kept groups). `None` when no chunk is in
+    /// the range; the plan itself when the range is unbounded.
+    pub fn during(&self, range: &TimeRange) -> Option<Plan> {
+        if range.is_all() {
+            return Some(self.clone());
         }
+        let mut chunks: Vec<PlannedChunk> = Vec::new();
+        let mut groups: Vec<PlannedGroup> = Vec::new();
+        for g in &self.groups {
+            let kept: Vec<&PlannedChunk> = g
+                .chunks
+                .iter()
+                .map(|&ci| &self.chunks[ci])
+                .filter(|c| range.contains(self.sources[c.source].time.as_ref()))
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            let gi = groups.len();
+            let first = chunks.len();
+            chunks.extend(kept.into_iter().map(|c| PlannedChunk {
+                group: gi,
+                ..c.clone()
+            }));
+            groups.push(PlannedGroup {
+                chunks: (first..chunks.len()).collect(),
+                full_tokens: chunks[first..].iter().map(|c| c.tokens as u64).sum(),
+                ..g.clone()
+            });
+        }
+        if chunks.is_empty() {
+            return None;
+        }
+        let kept: std::collections::HashSet<NodeId> = chunks
+            .iter()
+            .map(|c| c.detailed)
+            .chain(groups.iter().map(|g| g.summary))
+            .chain(std::iter::once(self.abstract_id))
+            .collect();
+        Some(Plan {
+            scope: self.scope.clone(),
+            kind: self.kind,
+            compressor: self.compressor.clone(),
+            sources: self.sources.clone(),
+            full_tokens: chunks.iter().map(|c| c.tokens as u64).sum(),
+            chunks,
+            abstract_inputs: (0..groups.len()).map(Reduced::Group).collect(),
+            groups,
+            reductions: Vec::new(),
+            abstract_id: self.abstract_id,
+            abstract_target: self.abstract_target,
+            metadata: self
+                .metadata
+                .iter()
+                .filter(|(t, _)| kept.contains(t))
+                .map(|(t, m)| (*t, *m))
+                .collect(),
+        })
     }
 }
 

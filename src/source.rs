@@ -3,15 +3,21 @@
 
 use crate::error::{Error, Result};
 use crate::store::ScopeKind;
+use crate::time::Time;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::{Path, PathBuf};
 
-/// One debate turn as a debate runner sends it: a JSON object with exactly these fields.
+/// One debate turn as a debate runner sends it: a JSON object with exactly these fields
+/// (`time` may be left out).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Turn {
     pub round: u32,
     pub speaker: String,
     pub text: String,
+    /// When it was said: an RFC 3339 timestamp or a date (`2026-03-04`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "2026-03-04T18:02:00Z")]
+    pub time: Option<Time>,
 }
 
 /// The fields of a turn; an unknown field is an error, not silently dropped (a runner
@@ -22,6 +28,8 @@ struct TurnFields {
     round: u32,
     speaker: String,
     text: String,
+    #[serde(default)]
+    time: Option<Time>,
 }
 
 impl<'de> Deserialize<'de> for Turn {
@@ -32,7 +40,9 @@ impl<'de> Deserialize<'de> for Turn {
         impl<'de> serde::de::Visitor<'de> for Object {
             type Value = Turn;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a debate turn object {\"round\", \"speaker\", \"text\"}")
+                f.write_str(
+                    "a debate turn object {\"round\", \"speaker\", \"text\"} (and an optional \"time\")",
+                )
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
@@ -43,6 +53,7 @@ impl<'de> Deserialize<'de> for Turn {
                     round: t.round,
                     speaker: t.speaker,
                     text: t.text,
+                    time: t.time,
                 })
             }
         }
@@ -58,6 +69,8 @@ pub struct SourceInput {
     pub text: String,
     pub round: Option<u32>,
     pub speaker: Option<String>,
+    /// When it was said or written.
+    pub time: Option<Time>,
 }
 
 /// A parsed input file.
@@ -174,6 +187,7 @@ pub fn document(id: &str, text: String) -> Result<SourceInput> {
         text,
         round: None,
         speaker: None,
+        time: None,
     })
 }
 
@@ -185,6 +199,7 @@ pub fn turn_input(id: String, t: Turn) -> Result<SourceInput> {
         text: t.text,
         round: Some(t.round),
         speaker: Some(t.speaker.trim().to_string()),
+        time: t.time,
     })
 }
 
@@ -218,7 +233,7 @@ pub fn debate(name: &str, text: &str) -> Result<Vec<SourceInput>> {
             let msg = e.to_string();
             let msg = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(m, _)| m);
             Error::invalid(format!(
-                "{name} line {n}, column {}: not a debate turn {{\"round\", \"speaker\", \"text\"}}: {msg}",
+                "{name} line {n}, column {}: not a debate turn {{\"round\", \"speaker\", \"text\"[, \"time\"]}}: {msg}",
                 e.column().max(1)
             ))
         })?;
@@ -285,6 +300,7 @@ mod tests {
             round: 1,
             speaker: speaker.into(),
             text: text.into(),
+            time: None,
         };
         let e = turn_input("d#turn-3".into(), turn("alice", "hi\0"))
             .unwrap_err()

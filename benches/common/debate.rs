@@ -178,6 +178,7 @@ pub fn generate_debate(rounds: u32, seed: u64) -> String {
                 round,
                 speaker: speaker.to_string(),
                 text: turn_text(&mut r, round, speaker),
+                time: None,
             };
             out.push_str(&serde_json::to_string(&t).expect("json"));
             out.push('\n');

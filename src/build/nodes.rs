@@ -493,6 +493,9 @@ pub(crate) fn merge_meta<'a>(metas: impl Iterator<Item = &'a Meta>) -> Meta {
         if m.headings.is_empty() {
             m.headings = x.headings.clone();
         }
+        if let Some(t) = x.time {
+            m.time = Some(m.time.map_or(t, |s| s.merge(t)));
+        }
     }
     m.rounds.sort_unstable();
     m
@@ -509,6 +512,9 @@ fn render_tags(meta: &Meta, t: &crate::node::Tags) -> String {
         } else {
             format!("rounds: {a}-{b}")
         });
+    }
+    if let Some(t) = &meta.time {
+        parts.push(format!("time: {}", t.date_label()));
     }
     if !meta.headings.is_empty() {
         parts.push(format!("section: {}", meta.headings.join(" › ")));

@@ -51,6 +51,10 @@ pub enum Cmd {
         /// doc or debate (default: .jsonl files are debates, anything else documents).
         #[arg(long)]
         kind: Option<String>,
+        /// When the documents were written: an RFC 3339 time or a date (2026-03-04).
+        /// Debate turns carry their own `time`.
+        #[arg(long, value_name = "TIME")]
+        time: Option<String>,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -69,6 +73,12 @@ pub enum Cmd {
         /// Maximum tokens (cl100k).
         #[arg(long)]
         budget: usize,
+        /// Build the window for this question (or the turn about to be spoken): the turns
+        /// or passages that bear on it, after a short overview.
+        #[arg(long = "for", value_name = "TEXT", conflicts_with = "level")]
+        focus: Option<String>,
+        #[command(flatten)]
+        during: During,
     },
     /// Answer a question with citations to exact source spans.
     Query {
@@ -86,6 +96,8 @@ pub enum Cmd {
         /// second one quits without an answer.
         #[arg(long, value_name = "MS")]
         time_limit_ms: Option<u64>,
+        #[command(flatten)]
+        during: During,
         question: String,
     },
     /// Render trajectories (from `query --trace`) as one self-contained HTML page: the
@@ -133,6 +145,24 @@ pub enum Cmd {
     /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
     /// eval.svg. Uses its own stores under --out, never --db.
     Eval(Box<EvalArgs>),
+}
+
+/// `--since` / `--until`: only what was said in a time range (sources without a time are
+/// then left out).
+#[derive(clap::Args)]
+pub struct During {
+    /// Only sources said at or after TIME (RFC 3339, or a date: from its start).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only sources said at or before TIME (RFC 3339, or a date: to its end).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+}
+
+impl During {
+    pub fn range(&self) -> strata::Result<strata::TimeRange> {
+        strata::TimeRange::parse(self.since.as_deref(), self.until.as_deref())
+    }
 }
 
 #[derive(clap::Args)]

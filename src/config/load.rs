@@ -40,8 +40,14 @@ impl Config {
         }
         for (section, field, var, raw) in overrides {
             let slot = &mut value[section.as_str()][field.as_str()];
+            // A variable that holds secrets is named, never shown.
+            let shown = if section == "server" && (field == "token" || field == "tokens") {
+                "(hidden)".to_string()
+            } else {
+                format!("{raw:?}")
+            };
             let bad = |problem: &str| {
-                Error::Config(format!("{var}={raw:?} ({section}.{field}): {problem}"))
+                Error::Config(format!("{var}={shown} ({section}.{field}): {problem}"))
             };
             *slot = parse_like(slot, &raw).ok_or_else(|| bad(expected(slot)))?;
             // Checked one variable at a time, so the error names the one that is wrong.
@@ -121,20 +127,8 @@ impl Config {
         if self.server.workers == 0 {
             return bad("server.workers must be at least 1 (with 0, queued jobs never run)");
         }
-        let token = &self.server.token;
-        if !token.is_empty() && token.trim() != token {
-            return bad(if token.trim().is_empty() {
-                "server.token is blank: set a token, or leave it empty for no auth"
-            } else {
-                "server.token has leading or trailing whitespace, which no HTTP client can send: remove it"
-            });
-        }
-        if token.chars().any(|c| !(c.is_ascii_graphic() || c == ' ')) {
-            // The character itself is not shown: it is part of a secret.
-            return bad(
-                "server.token has a non-ASCII or control character: a bearer token travels in an HTTP header, so use printable ASCII only",
-            );
-        }
+        check_token("server.token", &self.server.token)?;
+        self.validate_server()?;
         if self.model.timeout_ms == 0 {
             return bad("model.timeout_ms must be at least 1");
         }
@@ -147,6 +141,97 @@ impl Config {
         }
         Ok(())
     }
+}
+
+impl Config {
+    /// The server's scoped tokens, host and origin lists, timeouts and caps.
+    fn validate_server(&self) -> Result<()> {
+        let sv = &self.server;
+        let bad = |m: String| Err(Error::Config(m));
+        for (i, g) in sv.tokens.iter().enumerate() {
+            let name = format!("server.tokens[{i}]");
+            if g.token.is_empty() {
+                return bad(format!(
+                    "{name}.token is empty: every scoped token needs one"
+                ));
+            }
+            check_token(&format!("{name}.token"), &g.token)?;
+            // Which token it repeats is not said: both are secrets.
+            if g.token == sv.token || sv.tokens[..i].iter().any(|o| o.token == g.token) {
+                return bad(format!(
+                    "{name}.token repeats another token: each token must be different"
+                ));
+            }
+            if g.scopes.is_empty() {
+                return bad(format!(
+                    "{name}.scopes is empty: list the scopes (names, `*` for any characters) it opens"
+                ));
+            }
+            for p in &g.scopes {
+                if p.is_empty() || p.trim() != p || p.chars().any(char::is_control) {
+                    return bad(format!(
+                        "{name}.scopes has {p:?}: a pattern is a scope name, `*` matching any characters, without surrounding whitespace"
+                    ));
+                }
+            }
+        }
+        for h in &sv.allowed_hosts {
+            if h.is_empty() || h.contains(|c: char| c.is_whitespace() || c.is_control() || c == '/')
+            {
+                return bad(format!(
+                    "server.allowed_hosts has {h:?}: write a host name, with or without :port (e.g. strata.internal:7878)"
+                ));
+            }
+        }
+        for o in &sv.cors_origins {
+            let rest = o
+                .strip_prefix("http://")
+                .or_else(|| o.strip_prefix("https://"));
+            let ok = o == "*"
+                || rest.is_some_and(|r| {
+                    !r.is_empty() && !r.contains(|c: char| c == '/' || c.is_whitespace())
+                });
+            if !ok {
+                return bad(format!(
+                    "server.cors_origins has {o:?}: write an origin as a browser sends it (https://app.example.com, no path), or *"
+                ));
+            }
+        }
+        for (name, v) in [
+            ("server.idle_timeout_ms", sv.idle_timeout_ms),
+            ("server.header_timeout_ms", sv.header_timeout_ms),
+            ("server.body_timeout_ms", sv.body_timeout_ms),
+            ("server.max_connections", sv.max_connections as u64),
+            ("server.max_requests", sv.max_requests as u64),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bearer token a client can send: empty (none) or printable ASCII without surrounding
+/// whitespace. The errors never show the token.
+fn check_token(name: &str, token: &str) -> Result<()> {
+    let bad = |m: String| Err(Error::Config(m));
+    if !token.is_empty() && token.trim() != token {
+        return bad(if token.trim().is_empty() {
+            format!("{name} is blank: set a token, or leave it empty for no auth")
+        } else {
+            format!(
+                "{name} has leading or trailing whitespace, which no HTTP client can send: remove it"
+            )
+        });
+    }
+    if token.chars().any(|c| !(c.is_ascii_graphic() || c == ' ')) {
+        // The character itself is not shown: it is part of a secret.
+        return bad(format!(
+            "{name} has a non-ASCII or control character: a bearer token travels in an HTTP header, so use printable ASCII only"
+        ));
+    }
+    Ok(())
 }
 
 /// A TOML error as one line: the file, the line, the table, and toml's message (whose
@@ -216,6 +301,7 @@ fn expected(example: &toml::Value) -> &'static str {
         toml::Value::Integer(_) => "expected a whole number",
         toml::Value::Float(_) => "expected a number",
         toml::Value::Boolean(_) => "expected true or false (or 1/0, yes/no, on/off)",
+        toml::Value::Array(_) => "expected a comma-separated list, or a JSON array",
         _ => "expected a value of another type",
     }
 }
@@ -230,6 +316,18 @@ fn parse_like(example: &toml::Value, raw: &str) -> Option<toml::Value> {
             "0" | "false" | "no" | "off" => false,
             _ => return None,
         }),
+        // `a,b` or a JSON array (the form a list of tables such as server.tokens needs).
+        Value::Array(_) if raw.trim_start().starts_with('[') => {
+            let json: serde_json::Value = serde_json::from_str(raw).ok()?;
+            Value::try_from(json).ok()?
+        }
+        Value::Array(_) => Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_string()))
+                .collect(),
+        ),
         _ => Value::String(raw.to_string()),
     })
 }
@@ -237,6 +335,7 @@ fn parse_like(example: &toml::Value, raw: &str) -> Option<toml::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::AccessLevel;
 
     #[test]
     fn env_overrides_file_and_defaults() {
@@ -364,6 +463,96 @@ mod tests {
         for ok in ["", "s3cr3t-token_with.punctuation~", "two words"] {
             let env = vec![("STRATA_SERVER_TOKEN".to_string(), ok.to_string())];
             assert_eq!(Config::load(None, env).unwrap().server.token, ok);
+        }
+    }
+
+    #[test]
+    fn server_tokens_lists_and_caps_load_from_file_and_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("strata.toml");
+        std::fs::write(
+            &p,
+            "[server]\ntoken = \"admin\"\n[[server.tokens]]\ntoken = \"r\"\nscopes = [\"team-a-*\"]\n[[server.tokens]]\ntoken = \"w\"\nscopes = [\"b\"]\naccess = \"write\"\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&p), Vec::new()).unwrap();
+        let t = &c.server.tokens;
+        assert_eq!(
+            (t.len(), t[0].access, t[1].access),
+            (2, AccessLevel::Read, AccessLevel::Write)
+        );
+        let env = [
+            (
+                "STRATA_SERVER_TOKENS",
+                r#"[{"token": "e", "scopes": ["x-*", "y"], "access": "write"}]"#,
+            ),
+            ("STRATA_SERVER_ALLOWED_HOSTS", "strata.internal, lb:8080"),
+            ("STRATA_SERVER_CORS_ORIGINS", "https://app.example"),
+            ("STRATA_SERVER_MAX_CONNECTIONS", "50"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let c = Config::load(None, env).unwrap();
+        assert_eq!(c.server.tokens[0].scopes, ["x-*", "y"]);
+        assert_eq!(c.server.allowed_hosts, ["strata.internal", "lb:8080"]);
+        assert_eq!(c.server.cors_origins, ["https://app.example"]);
+        assert_eq!(c.server.max_connections, 50);
+    }
+
+    #[test]
+    fn bad_server_tokens_lists_and_caps_are_refused_without_showing_secrets() {
+        for (env, expect) in [
+            (
+                (
+                    "STRATA_SERVER_TOKENS",
+                    r#"[{"token": "s3cret", "scopes": []}]"#,
+                ),
+                "server.tokens[0].scopes is empty",
+            ),
+            (
+                (
+                    "STRATA_SERVER_TOKENS",
+                    r#"[{"token": "s3cret", "scopes": ["a"]}, {"token": "s3cret", "scopes": ["b"]}]"#,
+                ),
+                "server.tokens[1].token repeats another token",
+            ),
+            (
+                (
+                    "STRATA_SERVER_TOKENS",
+                    r#"[{"token": " s3cret", "scopes": ["a"]}]"#,
+                ),
+                "server.tokens[0].token has leading or trailing whitespace",
+            ),
+            (
+                (
+                    "STRATA_SERVER_TOKENS",
+                    r#"[{"token": "s3cret", "scopes": ["a"], "access": "admin"}]"#,
+                ),
+                "STRATA_SERVER_TOKENS=(hidden) (server.tokens): expected",
+            ),
+            (
+                ("STRATA_SERVER_TOKENS", r#"[{"token": "s3cret""#),
+                "STRATA_SERVER_TOKENS=(hidden) (server.tokens): expected a comma-separated list, or a JSON array",
+            ),
+            (
+                ("STRATA_SERVER_CORS_ORIGINS", "https://app.example/"),
+                "server.cors_origins has \"https://app.example/\"",
+            ),
+            (
+                ("STRATA_SERVER_ALLOWED_HOSTS", "http://x"),
+                "server.allowed_hosts has \"http://x\"",
+            ),
+            (
+                ("STRATA_SERVER_MAX_REQUESTS", "0"),
+                "server.max_requests must be at least 1",
+            ),
+            (
+                ("STRATA_SERVER_IDLE_TIMEOUT_MS", "0"),
+                "server.idle_timeout_ms must be at least 1",
+            ),
+        ] {
+            let e = load_err(None, &[env]);
+            assert!(e.contains(expect), "{env:?}: {e}");
+            assert!(!e.contains("s3cret"), "the secret leaked: {e}");
         }
     }
 }

@@ -44,6 +44,47 @@ pub struct ServerConfig {
     /// third of that); on a shared store, another replica takes back the job of a
     /// replica that stopped renewing (it died).
     pub job_lease_ms: u64,
+    /// Tokens limited to scopes (`[[server.tokens]]`), beside `token` (full access).
+    pub tokens: Vec<TokenGrant>,
+    /// Without a token, the `Host` names (`name` or `name:port`) accepted besides
+    /// `localhost` and IP addresses (DNS rebinding); with one, when set, the only ones.
+    pub allowed_hosts: Vec<String>,
+    /// Web origins (`https://app.example.com`, or `*`) allowed to call the API from a
+    /// browser (CORS); empty = none.
+    pub cors_origins: Vec<String>,
+    /// A connection with no request in progress and nothing sent is closed after this long.
+    pub idle_timeout_ms: u64,
+    /// A request's headers must arrive within this long of their first byte.
+    pub header_timeout_ms: u64,
+    /// A request's body must arrive within this long of the handler starting to read it.
+    pub body_timeout_ms: u64,
+    /// Open connections at most (also kept below the open-file limit); at the cap the
+    /// longest-idle connection is closed for a new one, or the new one is answered 503.
+    pub max_connections: usize,
+    /// Requests in progress at most (`/healthz` and `/metrics` aside); beyond, 503.
+    pub max_requests: usize,
+}
+
+/// A bearer token limited to scopes: `[[server.tokens]]` with `token`, `scopes` (names,
+/// `*` matching any run of characters) and `access`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenGrant {
+    pub token: String,
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub access: AccessLevel,
+}
+
+/// What a scoped token may do in its scopes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLevel {
+    /// Read: contexts, queries, status, jobs.
+    #[default]
+    Read,
+    /// Read and write: appends, documents, builds.
+    Write,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +99,14 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 10,
             trace_file: String::new(),
             job_lease_ms: 30_000,
+            tokens: Vec::new(),
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
+            idle_timeout_ms: 30_000,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            max_connections: 1000,
+            max_requests: 256,
         }
     }
 }
@@ -190,6 +239,10 @@ pub struct QueryConfig {
     /// answers from what it gathered (`limit_hit` = `time_limit`): model calls in flight
     /// are dropped, the best answer so far stands, else the offline policy answers.
     pub time_limit_ms: u64,
+    /// Only sources said within this range are searched (`query --since/--until`, an HTTP
+    /// query's `since`/`until`). Per request only: not a configuration key.
+    #[serde(skip)]
+    pub during: crate::time::TimeRange,
 }
 
 /// How a query explores the tree. Parsed once, from the same strings in the config file,
@@ -295,6 +348,7 @@ impl Default for QueryConfig {
             strategy: Strategy::Auto,
             max_nodes: 400,
             time_limit_ms: 0,
+            during: crate::time::TimeRange::ALL,
         }
     }
 }

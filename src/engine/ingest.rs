@@ -5,11 +5,12 @@ use super::Engine;
 use crate::chunk::{self, Chunk, Structure};
 use crate::error::{Error, Result};
 use crate::level::Level;
-use crate::node::{Meta, Node, NodeId, Span, full_id};
+use crate::node::{Meta, Node, NodeId, Span, full_id_at};
 use crate::source::{self, InputFile, SourceInput};
 use crate::store::{
     ChunkRef, ScopeKind, ScopeRecord, SourceEntry, SourcePut, SourceRecord, SourceStep,
 };
+use crate::time::{Time, TimeSpan};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -38,6 +39,19 @@ impl Engine {
         paths: &[PathBuf],
         now: u64,
     ) -> Result<IngestReport> {
+        self.ingest_files_at(scope, kind, paths, None, now)
+    }
+
+    /// [`Engine::ingest_files`] of documents written at `time` (`strata ingest --time`).
+    /// A debate's turns carry their own times: a `time` for a debate is an error.
+    pub fn ingest_files_at(
+        &self,
+        scope: &str,
+        kind: Option<ScopeKind>,
+        paths: &[PathBuf],
+        time: Option<Time>,
+        now: u64,
+    ) -> Result<IngestReport> {
         if paths.is_empty() {
             return Err(Error::invalid("no files given"));
         }
@@ -55,6 +69,19 @@ impl Engine {
             return Err(Error::invalid(
                 "a scope holds either documents or one debate: pass --kind, or ingest them into separate scopes",
             ));
+        }
+        if let Some(t) = time {
+            for f in &mut files {
+                if f.kind == ScopeKind::Debate {
+                    return Err(Error::invalid(format!(
+                        "{} is a debate: a time given for the files is for documents; give each turn its own \"time\"",
+                        f.path.display()
+                    )));
+                }
+                for s in &mut f.sources {
+                    s.time = Some(t);
+                }
+            }
         }
         self.ingest(scope, &files, now)
     }
@@ -256,6 +283,7 @@ impl Engine {
                     headings: c.headings.clone(),
                 })
                 .collect(),
+            time: s.time,
         };
         if let Some(o) = &old {
             let new_ids: HashSet<NodeId> = nodes.iter().map(|n| n.id).collect();
@@ -366,6 +394,7 @@ fn unchanged(old: &SourceRecord, s: &SourceInput, budget: usize) -> bool {
     old.hash == *blake3::hash(s.text.as_bytes()).as_bytes()
         && old.round == s.round
         && old.speaker == s.speaker
+        && old.time == s.time
         && old.chunk_tokens as usize == budget
 }
 
@@ -385,13 +414,14 @@ fn full_nodes(scope: &str, s: &SourceInput, chunks: &[Chunk], now: u64) -> Vec<N
         speakers: s.speaker.iter().cloned().collect(),
         headings: Vec::new(),
         tags: None,
+        time: s.time.map(TimeSpan::of),
     };
     chunks
         .iter()
         .map(|c| {
             let text = s.text[c.start..c.end].to_string();
             Node {
-                id: full_id(scope, &s.id, c.start, c.end, &text),
+                id: full_id_at(scope, &s.id, c.start, c.end, &text, s.time.as_ref()),
                 scope: scope.to_string(),
                 level: Level::Full,
                 tokens: c.tokens as u32,

@@ -11,6 +11,7 @@ use crate::model::usage::metered;
 use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use crate::progress::Progress;
+use crate::time::TimeRange;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -214,9 +215,57 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<ContextWindow> {
+        self.context_during(scope, choice, budget, &TimeRange::ALL, now, progress)
+            .await
+    }
+
+    /// [`Engine::context`] of what was said within `range` (`context --since/--until`):
+    /// the window is built over [`Plan::during`] — the chunks said in the range, their
+    /// groups, and the overview of the whole scope.
+    pub async fn context_during(
+        &self,
+        scope: &str,
+        choice: LevelChoice,
+        budget: usize,
+        range: &TimeRange,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<ContextWindow> {
         crate::context::check_budget(budget)?;
         let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        let plan = plan.within(range)?;
         crate::context::window(&self.corpus(), &plan, choice, budget, now)
+    }
+
+    /// The best view of `scope` for `question` (or for the turn about to be spoken) within
+    /// `budget` tokens: the turns or passages that bear on it, as excerpts with their
+    /// labels, after a short overview ([`crate::context`]'s `focus`). A question with no
+    /// searchable words gets the unfocused `auto` window. `range` keeps what was said within
+    /// it (`--since`/`--until`; unbounded: everything).
+    pub async fn context_for(
+        &self,
+        scope: &str,
+        question: &str,
+        budget: usize,
+        range: &TimeRange,
+        now: u64,
+        progress: &dyn Progress,
+    ) -> Result<ContextWindow> {
+        crate::context::check_budget(budget)?;
+        let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        let plan = plan.within(range)?;
+        let corpus = self.corpus();
+        let w = crate::navigate::off_executor(|| {
+            crate::context::focused(&corpus, &plan, question, budget, now)
+        })?;
+        match w {
+            Some(w) => Ok(w),
+            None => {
+                let mut w = crate::context::window(&corpus, &plan, LevelChoice::Auto, budget, now)?;
+                w.focus = Some(question.to_string());
+                Ok(w)
+            }
+        }
     }
 
     /// The tree a caller that must not wait for a rebuild is served from: the newest

@@ -8,7 +8,9 @@ use crate::model::usage::metered;
 use crate::model::{Meter, Usage};
 use crate::navigate::{Explorer, QueryResult, Stop, Stoppable, off_executor};
 use crate::node::{NodeId, Span};
+use crate::plan::Plan;
 use crate::progress::Progress;
+use crate::time::TimeRange;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,6 +25,66 @@ pub struct GrepHit {
     pub citations: usize,
     pub first_span: Option<Span>,
     pub text: String,
+}
+
+/// The parts of `plans` said within `range` (`query.during`): the navigator's candidates.
+/// A scope with nothing in the range is left out; none at all is an error.
+fn during(plans: Vec<Plan>, range: &TimeRange) -> Result<Vec<Plan>> {
+    if range.is_all() {
+        return Ok(plans);
+    }
+    let names: Vec<String> = plans.iter().map(|p| p.scope.clone()).collect();
+    let kept: Vec<Plan> = plans.iter().filter_map(|p| p.during(range)).collect();
+    if kept.is_empty() {
+        return Err(Error::invalid(format!(
+            "nothing in {} was said {range} (sources without a time are left out when a time range is given)",
+            names.join(", ")
+        )));
+    }
+    Ok(kept)
+}
+
+/// A question that asks when ([`crate::text::time::asks_when`]) gets a date when what it
+/// cites has a time: the first timed citation's date expression ("last Friday", "two
+/// weeks ago", "in March") resolved against its source's time, else that time's date. The
+/// date goes first in the answer, on a line of its own (`5 May 2023 (2023-05-05)`), and in
+/// [`QueryResult::when`]; the history says how it was found. Every part of it is source
+/// data — the source's time and the cited words — so the answer stays cited: the date
+/// line is the citation's `time`, read through the quote's own words.
+///
+/// Runs after whichever policy answered, never inside one.
+fn answer_when(question: &str, r: &mut QueryResult) {
+    use crate::text::time::{When, asks_when, find};
+    if !asks_when(question) {
+        return;
+    }
+    let Some((c, t)) = r.citations.iter().find_map(|c| c.time.map(|t| (c, t))) else {
+        return;
+    };
+    let anchor = t.date();
+    let (when, how) = match find(&c.quote, anchor) {
+        Some(f) => (
+            f.when,
+            format!(
+                "{:?} in {} (said {t}) resolved to {}",
+                &c.quote[f.start..f.end],
+                c.source,
+                f.when.iso()
+            ),
+        ),
+        None => (When::Day(anchor), format!("the time of {} ({t})", c.source)),
+    };
+    let (words, iso) = (when.words(), when.iso());
+    let line = if words == iso {
+        iso.clone()
+    } else {
+        format!("{words} ({iso})")
+    };
+    r.refinement_history.push(format!(
+        "the question asks when: answered with {iso}, {how}"
+    ));
+    r.answer = format!("{line}\n{}", r.answer);
+    r.when = Some(iso);
 }
 
 impl Engine {
@@ -91,6 +153,7 @@ impl Engine {
             for s in &names {
                 plans.push(self.ensure_built(s, now, progress).await?.0);
             }
+            let plans = during(plans, &qcfg.during)?;
             // Appends leave their chunks pending; a query searches everything stored.
             off_executor(|| self.sync_index())?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
@@ -122,6 +185,7 @@ impl Engine {
             }
         })
         .await?;
+        answer_when(question, &mut r);
         r.usage = Usage::from_meter(&meter, &self.cfg.prices, t0.elapsed());
         Ok(r)
     }

@@ -82,6 +82,7 @@ pub(super) async fn fidelity(
                 text: d.text.clone(),
                 round: None,
                 speaker: None,
+                time: None,
             },
         ));
     }

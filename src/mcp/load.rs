@@ -41,6 +41,13 @@ pub(crate) struct LoadCorpus {
     pub(crate) date_from: Option<When>,
     /// Keep nodes stored at or before this time (a bare date includes the whole day).
     pub(crate) date_to: Option<When>,
+    /// Keep nodes of what was said at or after this time: the turns' and documents' own
+    /// `time` (RFC 3339 or `YYYY-MM-DD`), not when they were stored. Nodes of sources
+    /// without a time are then left out.
+    pub(crate) since: Option<String>,
+    /// Keep nodes of what was said at or before this time (a bare date includes the
+    /// whole day).
+    pub(crate) until: Option<String>,
     /// Keep nodes whose text contains this term (case-insensitive).
     pub(crate) search: Option<String>,
     /// The page, from 1.
@@ -102,6 +109,8 @@ struct Filters {
     levels: Vec<Level>,
     from: Option<u64>,
     to: Option<u64>,
+    /// When what the nodes cover was said (`since`, `until`).
+    during: crate::time::TimeRange,
     search: Option<String>,
 }
 
@@ -125,6 +134,8 @@ impl Filters {
         {
             return Err(ToolError::Invalid("date_from is after date_to".into()));
         }
+        let during = crate::time::TimeRange::parse(a.since.as_deref(), a.until.as_deref())
+            .map_err(|e| ToolError::Invalid(e.to_string()))?;
         let search = match a.search.as_deref().map(str::trim) {
             Some("") => return Err(ToolError::Invalid("search is empty".into())),
             s => s.map(str::to_lowercase),
@@ -142,6 +153,7 @@ impl Filters {
             levels,
             from,
             to,
+            during,
             search,
         })
     }
@@ -158,6 +170,7 @@ impl Filters {
                     .any(|s| self.speakers.contains(&s.to_lowercase())))
             && self.from.is_none_or(|f| n.created_at >= f)
             && self.to.is_none_or(|t| n.created_at <= t)
+            && self.during.overlaps(n.meta.time.as_ref())
             && self
                 .search
                 .as_ref()
@@ -173,6 +186,8 @@ impl Filters {
             "levels": self.levels,
             "date_from": self.from,
             "date_to": self.to,
+            "since": self.during.since.map(|t| t.to_string()),
+            "until": self.during.until.map(|t| t.to_string()),
             "search": self.search,
         })
     }
@@ -202,6 +217,8 @@ pub(crate) async fn load_corpus(
                 || !a.levels.is_empty()
                 || a.date_from.is_some()
                 || a.date_to.is_some()
+                || a.since.is_some()
+                || a.until.is_some()
                 || a.search.is_some();
             if filtered {
                 return Err(ToolError::Invalid(
@@ -334,6 +351,61 @@ pub(crate) fn item(n: Node) -> Item {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `since`/`until` keep the nodes of what was said in the range (the sources' own
+    /// times), not of when it was stored; untimed sources are then left out.
+    #[tokio::test]
+    async fn since_and_until_filter_by_when_it_was_said() {
+        let e = Engine::in_memory(crate::Config::default()).unwrap();
+        let jsonl = [
+            r#"{"round":1,"speaker":"a","text":"May turn.","time":"2023-05-08T13:56:00Z"}"#,
+            r#"{"round":2,"speaker":"b","text":"June turn.","time":"2023-06-09"}"#,
+            r#"{"round":3,"speaker":"a","text":"Untimed turn."}"#,
+        ]
+        .join("\n");
+        let sources = crate::source::debate("d.jsonl", &jsonl).unwrap();
+        let file = crate::source::InputFile {
+            path: "d.jsonl".into(),
+            kind: crate::store::ScopeKind::Debate,
+            bytes: jsonl.len() as u64,
+            sources,
+        };
+        e.ingest("d", &[file], 1).unwrap();
+        let session = Session::default();
+        let texts = |v: Value| -> Vec<String> {
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["text"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let load = |since: Option<&str>, until: Option<&str>| LoadCorpus {
+            scope: Some("d".into()),
+            since: since.map(String::from),
+            until: until.map(String::from),
+            ..Default::default()
+        };
+        let all = load_corpus(&e, &session, load(None, None), 2)
+            .await
+            .unwrap();
+        assert_eq!(all["total"], 3);
+        let june = load_corpus(&e, &session, load(Some("2023-06-01"), None), 2)
+            .await
+            .unwrap();
+        assert_eq!(texts(june.clone()), ["June turn."]);
+        assert_eq!(june["provenance"]["filters"]["since"], "2023-06-01");
+        let may = load_corpus(&e, &session, load(None, Some("2023-05-08")), 2)
+            .await
+            .unwrap();
+        assert_eq!(texts(may), ["May turn."]);
+        let Err(ToolError::Invalid(m)) =
+            load_corpus(&e, &session, load(Some("soon"), None), 2).await
+        else {
+            panic!("a bad time is an invalid argument")
+        };
+        assert!(m.starts_with("since: invalid time `soon`"), "{m}");
+    }
 
     #[test]
     fn times_are_unix_seconds_dates_or_rfc3339() {

@@ -38,6 +38,11 @@ pub(crate) struct Context {
     pub(crate) level: WindowLevel,
     /// Most tokens (cl100k) of the window.
     pub(crate) budget: usize,
+    /// Build the window for this question (or the turn about to be spoken): the turns or
+    /// passages that bear on it, each with its exact spans and why it was chosen, after a
+    /// short overview. `level` is then ignored.
+    #[serde(default, rename = "for")]
+    pub(crate) focus: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -92,9 +97,25 @@ pub(crate) async fn context(engine: &Engine, a: Context, now: u64) -> Result<Val
         WindowLevel::Abstract => LevelChoice::Fixed(Level::Abstract),
         WindowLevel::Metadata => LevelChoice::Fixed(Level::Metadata),
     };
-    let w = engine
-        .context(&a.scope, choice, a.budget, now, &NoProgress)
-        .await?;
+    let w = match &a.focus {
+        Some(text) => {
+            engine
+                .context_for(
+                    &a.scope,
+                    text,
+                    a.budget,
+                    &crate::time::TimeRange::default(),
+                    now,
+                    &NoProgress,
+                )
+                .await?
+        }
+        None => {
+            engine
+                .context(&a.scope, choice, a.budget, now, &NoProgress)
+                .await?
+        }
+    };
     let ids: Vec<NodeId> = w
         .nodes
         .iter()
@@ -104,7 +125,10 @@ pub(crate) async fn context(engine: &Engine, a: Context, now: u64) -> Result<Val
     let mut v = serde_json::to_value(&w).map_err(|e| ToolError::Failed(e.to_string()))?;
     if let Some(nodes) = v["nodes"].as_array_mut() {
         for (n, node) in nodes.iter_mut().zip(spans) {
-            n["spans"] = json!(node.map(|n| n.citations).unwrap_or_default());
+            // An excerpt's own spans stand; a whole node cites every span beneath it.
+            if n.get("spans").is_none() {
+                n["spans"] = json!(node.map(|n| n.citations).unwrap_or_default());
+            }
         }
     }
     v["provenance"] = json!({

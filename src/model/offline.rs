@@ -1,17 +1,21 @@
-//! The offline compressor: deterministic extractive summarisation. Sentences are scored by
-//! TF-IDF centrality (cosine to the input's centroid) plus a bonus for the facts they carry;
-//! the best are kept, in their original order, up to the level's token budget. A sentence is
-//! never cut. Sentences holding numbers, names and dates go first, densest first, each fact
-//! counted once (a fact repeated elsewhere adds nothing): the most facts per token.
+//! The offline compressor: deterministic extractive summarisation. Sentences are ranked by
+//! salience (`text::salience`: LexRank centrality, recurrence across passages, numbers,
+//! dates and names, content; questions and contentless sentences last) and chosen greedily
+//! with a redundancy penalty (maximal marginal relevance), kept in their original order up
+//! to the level's token budget. A sentence is never cut.
 
 use super::{BoxFuture, CompressRequest, ModelError, SubModel, spawn_cpu};
 use crate::node::Tags;
-use crate::text;
+use crate::text::{self, salience};
 use crate::token;
 use std::collections::{BTreeMap, HashMap};
 
-/// Bump when the algorithm changes: it is part of every node id the compressor makes.
-pub const VERSION: &str = "offline-extractive-v3";
+/// Bump when the algorithm changes: it is part of every node id the compressor makes. It
+/// names the salience weights' version too (`text::salience::VERSION`).
+pub const VERSION: &str = "offline-extractive-v4+salience-v3";
+
+/// How much a sentence's similarity to one already kept takes off its salience.
+const REDUNDANCY: f64 = 0.7;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Offline;
@@ -43,156 +47,47 @@ struct Sent {
     start: usize,
     end: usize,
     tokens: usize,
-    facts: usize,
-    /// The facts, normalised (lower case), for counting each once.
-    fact_set: Vec<String>,
-    /// The named entities, normalised, for the topic check.
-    entities: Vec<String>,
+    bag: BTreeMap<String, u32>,
     score: f64,
-    /// What the sentence does in a debate (`text::importance`) plus the topic bonus,
-    /// in half-point steps: key acts first, small talk last.
-    tier: i32,
 }
 
 /// Extractive compression of `req` (synchronous; call from rayon or a blocking context).
 pub fn compress(req: &CompressRequest) -> String {
     let budget = req.target_tokens.max(1);
     let mut sents: Vec<Sent> = Vec::new();
-    // Ordered maps throughout: float sums in HashMap order differ between processes, and
-    // a different last bit can flip which of two tied sentences is kept.
-    let mut bags: Vec<BTreeMap<String, u32>> = Vec::new();
     for (pi, p) in req.passages.iter().enumerate() {
         for s in text::sentences(&p.text) {
             let raw = &p.text[s.start..s.end];
             if raw.trim().is_empty() {
                 continue;
             }
-            let f = text::facts(raw);
-            let mut fact_set: Vec<String> = f
-                .numbers
-                .iter()
-                .chain(&f.dates)
-                .chain(&f.entities)
-                .map(|x| x.to_lowercase())
-                .collect();
-            fact_set.sort();
-            fact_set.dedup();
-            let mut entities: Vec<String> = f.entities.iter().map(|x| x.to_lowercase()).collect();
-            entities.sort();
-            entities.dedup();
             sents.push(Sent {
-                entities,
-                tier: 0,
                 passage: pi,
                 start: s.start,
                 end: s.end,
                 tokens: token::count(raw.trim()),
-                facts: f.count(),
-                fact_set,
+                bag: text::term_counts(raw),
                 score: 0.0,
             });
-            bags.push(text::term_counts(raw));
         }
     }
     if sents.is_empty() {
         return String::new();
     }
-    rank_by_importance(&mut sents, req);
-
-    // TF-IDF centrality: cosine similarity of each sentence to the centroid of all.
-    let n = sents.len() as f64;
-    let mut df: HashMap<&str, u32> = HashMap::new();
-    for b in &bags {
-        for w in b.keys() {
-            *df.entry(w.as_str()).or_insert(0) += 1;
-        }
-    }
-    let idf = |w: &str| (1.0 + n / (*df.get(w).unwrap_or(&1) as f64)).ln();
-    let mut centroid: BTreeMap<&str, f64> = BTreeMap::new();
-    for b in &bags {
-        for (w, c) in b {
-            *centroid.entry(w.as_str()).or_insert(0.0) += *c as f64 * idf(w);
-        }
-    }
-    let cnorm = centroid
-        .values()
-        .map(|v| v * v)
-        .sum::<f64>()
-        .sqrt()
-        .max(1e-9);
-    for (s, b) in sents.iter_mut().zip(&bags) {
-        let mut dot = 0.0;
-        let mut norm = 0.0;
-        for (w, c) in b {
-            let v = *c as f64 * idf(w);
-            dot += v * centroid.get(w.as_str()).copied().unwrap_or(0.0);
-            norm += v * v;
-        }
-        let cos = if norm > 0.0 {
-            dot / (norm.sqrt() * cnorm)
-        } else {
-            0.0
-        };
-        // Facts matter; very short fragments ("Yes.") rarely do.
-        let fact_bonus = 0.15 * (s.facts.min(4) as f64);
-        let short_penalty = if s.tokens < 5 { 0.2 } else { 0.0 };
-        s.score = cos + fact_bonus - short_penalty;
-    }
-
-    // Greedy fill of the budget by marginal value: sentences bringing facts not kept yet
-    // first, most new facts per token first (ties by centrality); then the rest by score.
-    // `order` is the rank each kept sentence got (the last kept is dropped first below).
-    let label_cost: usize = req
-        .passages
+    let units: Vec<salience::Unit<'_>> = sents
         .iter()
-        .filter_map(|p| p.label.as_ref())
-        .map(|l| token::count(l) + 1)
-        .sum();
-    let mut keep = vec![false; sents.len()];
-    let mut used = label_cost.min(budget / 4);
-    let mut seen: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-    let mut order: Vec<usize> = Vec::new();
-    let mut open: Vec<usize> = (0..sents.len()).collect();
-    loop {
-        let value = |i: usize| -> (i32, f64, f64) {
-            let s = &sents[i];
-            let new = s
-                .fact_set
-                .iter()
-                .filter(|f| !seen.contains(f.as_str()))
-                .count();
-            (s.tier, new as f64 / s.tokens.max(1) as f64, s.score)
-        };
-        let pick = open
-            .iter()
-            .copied()
-            .filter(|&i| used + sents[i].tokens <= budget)
-            .max_by(|&a, &b| {
-                let (va, vb) = (value(a), value(b));
-                va.0.cmp(&vb.0)
-                    .then(va.1.total_cmp(&vb.1))
-                    .then(va.2.total_cmp(&vb.2))
-                    .then(b.cmp(&a))
-            });
-        let Some(i) = pick else { break };
-        keep[i] = true;
-        used += sents[i].tokens;
-        seen.extend(sents[i].fact_set.iter().map(String::as_str));
-        order.push(i);
-        open.retain(|&j| j != i);
+        .map(|s| salience::Unit {
+            text: req.passages[s.passage].text[s.start..s.end].trim(),
+            passage: s.passage,
+        })
+        .collect();
+    for (s, f) in sents.iter_mut().zip(salience::features(&units)) {
+        s.score = f.score();
     }
-    if order.is_empty() {
-        // Nothing fits: the single best sentence, whole (a sentence is never cut).
-        let best = (0..sents.len())
-            .max_by(|&a, &b| {
-                (sents[a].facts > 0)
-                    .cmp(&(sents[b].facts > 0))
-                    .then(sents[a].score.total_cmp(&sents[b].score))
-                    .then(b.cmp(&a))
-            })
-            .expect("some sentence");
-        keep[best] = true;
-        order.push(best);
+    let order = choose(&sents, budget, req);
+    let mut keep = vec![false; sents.len()];
+    for &i in &order {
+        keep[i] = true;
     }
     loop {
         let out = render(req, &sents, &keep);
@@ -211,34 +106,46 @@ pub fn compress(req: &CompressRequest) -> String {
     }
 }
 
-/// Sets each sentence's importance tier: its dialogue act (`text::importance`: proposals
-/// with figures, objections, votes, commitments with deadlines, changes of position above
-/// neutral text; small talk and procedure below), plus half a point when it names
-/// something other passages also name — but not everywhere (a debate's topics recur over a
-/// few turns; "Congress" recurs in all of them) — so a sentence tied to the rest of the
-/// debate beats an isolated one.
-fn rank_by_importance(sents: &mut [Sent], req: &CompressRequest) {
-    let passages = req.passages.len();
-    let mut seen_in: HashMap<&str, std::collections::BTreeSet<usize>> = HashMap::new();
-    for s in sents.iter() {
-        for e in &s.entities {
-            seen_in.entry(e.as_str()).or_default().insert(s.passage);
+/// The sentences to keep, in the order they were chosen: greedily the most salient that
+/// still fits, less its similarity to what is already kept (maximal marginal relevance),
+/// while that is worth anything; when nothing is chosen, the single most salient
+/// sentence, whole.
+fn choose(sents: &[Sent], budget: usize, req: &CompressRequest) -> Vec<usize> {
+    let label_cost: usize = req
+        .passages
+        .iter()
+        .filter_map(|p| p.label.as_ref())
+        .map(|l| token::count(l) + 1)
+        .sum();
+    let mut used = label_cost.min(budget / 4);
+    let mut order: Vec<usize> = Vec::new();
+    let mut redundancy = vec![0.0f64; sents.len()];
+    let mut open: Vec<usize> = (0..sents.len()).collect();
+    loop {
+        let value = |i: usize| sents[i].score - REDUNDANCY * redundancy[i];
+        // A summary is not padded: a sentence worth nothing (thin, a question, a repeat)
+        // is left out even when it fits.
+        let pick = open
+            .iter()
+            .copied()
+            .filter(|&i| used + sents[i].tokens <= budget && value(i) > 0.0)
+            .max_by(|&a, &b| value(a).total_cmp(&value(b)).then(b.cmp(&a)));
+        let Some(i) = pick else { break };
+        used += sents[i].tokens;
+        order.push(i);
+        open.retain(|&j| j != i);
+        for &j in &open {
+            let sim = salience::similarity(&sents[i].bag, &sents[j].bag);
+            redundancy[j] = redundancy[j].max(sim);
         }
     }
-    let cap = (passages / 20).max(4);
-    let recurring: std::collections::HashSet<String> = seen_in
-        .into_iter()
-        .filter(|(_, ps)| ps.len() >= 2 && ps.len() <= cap)
-        .map(|(e, _)| e.to_string())
-        .collect();
-    for s in sents.iter_mut() {
-        let p = &req.passages[s.passage];
-        let mut imp = text::importance(p.text[s.start..s.end].trim());
-        if imp >= 0.0 && s.entities.iter().any(|e| recurring.contains(e)) {
-            imp += 0.5;
-        }
-        s.tier = (imp * 2.0).floor() as i32;
+    if order.is_empty() {
+        let best = (0..sents.len())
+            .max_by(|&a, &b| sents[a].score.total_cmp(&sents[b].score).then(b.cmp(&a)))
+            .expect("some sentence");
+        order.push(best);
     }
+    order
 }
 
 fn render(req: &CompressRequest, sents: &[Sent], keep: &[bool]) -> String {
@@ -398,6 +305,11 @@ mod tests {
         for _ in 0..30 {
             assert_eq!(compress(&req(&t, 120)), first);
         }
+    }
+
+    #[test]
+    fn the_identity_names_the_salience_version() {
+        assert!(VERSION.ends_with(salience::VERSION), "{VERSION}");
     }
 
     #[test]

@@ -412,6 +412,7 @@ impl<'a> Explorer<'a> {
                 quote: quote.to_string(),
                 round: src.round,
                 speaker: src.speaker.clone(),
+                time: src.time,
             });
         }
         let confidence = if confidence.is_finite() {
@@ -430,6 +431,7 @@ impl<'a> Explorer<'a> {
         let ending = self.ending(!citations.is_empty());
         Ok(QueryResult {
             answer: quotes.join(" … "),
+            when: None,
             ready,
             confidence: if citations.is_empty() {
                 0.0

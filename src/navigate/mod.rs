@@ -26,6 +26,11 @@ pub struct Citation {
     pub quote: String,
     pub round: Option<u32>,
     pub speaker: Option<String>,
+    /// When the source was said or written, as given (RFC 3339 or a date); left out when
+    /// it has no time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "2026-03-04T18:02:00Z")]
+    pub time: Option<crate::time::Time>,
 }
 
 /// One step of a query's trajectory: what the navigator did and saw, and where it stood
@@ -50,7 +55,17 @@ pub struct Step {
 /// The answer and how it was found.
 #[derive(Clone, Debug, Serialize)]
 pub struct QueryResult {
+    /// The cited quotes, joined. A question that asks when ("When did…?", "what year…")
+    /// whose first timed citation resolves to a date gets that date first, on a line of
+    /// its own (see [`QueryResult::when`]).
     pub answer: String,
+    /// The date a question that asks when is answered with: the first timed citation's
+    /// relative expression ("last Friday", "two days ago", "in March") resolved against
+    /// its source's time, else that time's date. ISO 8601: `2023-05-05`, `2023-04`,
+    /// `2022`, or an interval `2023-05-06/2023-05-07`. Source data, never a guess: `None`
+    /// when the question does not ask when or nothing it cites has a time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
     pub ready: bool,
     pub confidence: f64,
     pub citations: Vec<Citation>,

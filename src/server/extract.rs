@@ -1,16 +1,22 @@
 //! Extractors whose rejections are problem details like every other error: a path segment
 //! that is not UTF-8 (`%FF`), a query string that does not parse, a body that is not JSON.
-//! Bodies are read whatever their content type says (aragora's own `curl -d` example sends
-//! a form content type), and an empty body is `{}` where the route allows it.
+//! A body is read only when it says `Content-Type: application/json` (any parameters; also
+//! `application/*+json`): a web page cannot send that to another site without the
+//! browser asking first (CORS), while a form or `text/plain` post it can — so those, and a
+//! body with no content type at all, are refused 415 before anything is written. An empty
+//! body is `{}` where the route allows it, and a body must arrive within
+//! `server.body_timeout_ms` (408).
 
-use super::ApiError;
+use super::{ApiError, AppState};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// `Path<T>` with a problem-details rejection.
 pub(super) struct ApiPath<T>(pub T);
@@ -38,16 +44,61 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiQuer
     }
 }
 
-/// A JSON body, whatever the content type; `None` when the body is empty.
-pub(super) async fn json_body<S: Send + Sync, T: DeserializeOwned>(
+/// Whether a `Content-Type` value says JSON: `application/json` or `application/*+json`,
+/// any case, with any parameters (`; charset=utf-8`).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json") && !sub.contains('/'))
+}
+
+fn not_json() -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "a request body must be JSON sent with Content-Type: application/json (curl: -H 'content-type: application/json')",
+    )
+}
+
+/// A JSON body; `None` when the body is empty. A body whose content type is not JSON is
+/// refused unread; one with no content type is read (bounded by the body limit) only to
+/// see whether it is empty.
+pub(super) async fn json_body<T: DeserializeOwned>(
     req: Request,
-    state: &S,
+    state: &Arc<AppState>,
 ) -> Result<Option<T>, ApiError> {
-    let bytes = Bytes::from_request(req, state)
-        .await
-        .map_err(|r| ApiError::new(r.status(), one_line(&r.body_text())))?;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().is_ok_and(is_json));
+    if declared == Some(false) {
+        return Err(not_json());
+    }
+    let limit = Duration::from_millis(state.cfg.body_timeout_ms);
+    let bytes = match tokio::time::timeout(limit, Bytes::from_request(req, state)).await {
+        Ok(r) => r.map_err(|r| ApiError::new(r.status(), one_line(&r.body_text())))?,
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within server.body_timeout_ms ({} ms)",
+                    state.cfg.body_timeout_ms
+                ),
+            ));
+        }
+    };
     // No body, or a JSON `null` (what a client serialising "nothing" sends), is no body.
-    if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
+    let empty = bytes.iter().all(u8::is_ascii_whitespace);
+    if declared.is_none() && !empty {
+        return Err(not_json());
+    }
+    if empty || bytes.trim_ascii() == b"null" {
         return Ok(None);
     }
     match Json::<T>::from_bytes(&bytes) {
@@ -74,9 +125,9 @@ pub(super) async fn json_body<S: Send + Sync, T: DeserializeOwned>(
 /// empty body is `T::default()`.
 pub(super) struct OptJson<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptJson<T> {
+impl<T: DeserializeOwned + Default> FromRequest<Arc<AppState>> for OptJson<T> {
     type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         Ok(OptJson(json_body(req, state).await?.unwrap_or_default()))
     }
 }
@@ -89,4 +140,31 @@ fn one_line(s: &str) -> String {
 /// An empty body where one is required.
 pub(super) fn body_required() -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "a JSON request body is required")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json;
+
+    #[test]
+    fn only_json_content_types_are_json() {
+        for ct in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/problem+json",
+        ] {
+            assert!(is_json(ct), "{ct}");
+        }
+        for ct in [
+            "text/plain",
+            "text/plain; charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonp",
+            "text/json",
+            "",
+        ] {
+            assert!(!is_json(ct), "{ct}");
+        }
+    }
 }

@@ -3,12 +3,20 @@
 //! async executor's. Every route is served under `/api` and `/api/v1` (aragora's SDK calls
 //! the latter); the RLM routes speak aragora's REST API besides strata's ([`aragora`]);
 //! errors are RFC 9457 problem details; `/api/openapi.json` documents it all ([`openapi`]).
+//! Tokens open all scopes or some ([`access`]); the connections are held to time limits and
+//! caps ([`edge`]); `Host`, `Origin` and CORS keep web pages out ([`policy`]).
 
+pub mod access;
 mod aragora;
 mod contexts;
+mod edge;
 mod extract;
 mod follow;
 pub mod openapi;
+mod policy;
+
+pub use access::Access;
+pub use edge::raise_open_file_limit;
 
 use crate::clock::unix_now;
 use crate::config::ServerConfig;
@@ -19,7 +27,7 @@ use crate::jobs::{Job, JobKind, JobState, Jobs, WorkerConfig, spawn_workers};
 use crate::metrics::Metrics;
 use crate::source::{self, InputFile, Turn};
 use crate::store::ScopeKind;
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +48,8 @@ pub struct AppState {
     pub jobs: Arc<Jobs>,
     pub metrics: Arc<Metrics>,
     cfg: ServerConfig,
+    tokens: access::Tokens,
+    policy: policy::Policy,
     /// Last query time per scope (warming) and the last query's outcome (status).
     queried: Mutex<HashMap<String, (u64, QuerySummary)>>,
     /// Queries running now, per scope (refinement-status's `active_queries`).
@@ -79,7 +89,8 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         let status = match &e {
             Error::Invalid(_) | Error::Io { .. } | Error::Config(_) => StatusCode::BAD_REQUEST,
-            Error::UnknownScope { .. } => StatusCode::NOT_FOUND,
+            // The CLI lists the known scopes; a client is told only of the one it named.
+            Error::UnknownScope { scope, .. } => return unknown_scope(scope),
             Error::NotBuilt(_) | Error::InUse(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::DiskFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Model(_) => StatusCode::BAD_GATEWAY,
@@ -108,19 +119,21 @@ pub struct Problem {
     pub error: String,
 }
 
+impl Problem {
+    fn new(status: StatusCode, message: String) -> Problem {
+        Problem {
+            kind: "about:blank".into(),
+            title: status.canonical_reason().unwrap_or("Error").to_string(),
+            status: status.as_u16(),
+            detail: message.clone(),
+            error: message,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Problem {
-            kind: "about:blank".into(),
-            title: self
-                .status
-                .canonical_reason()
-                .unwrap_or("Error")
-                .to_string(),
-            status: self.status.as_u16(),
-            detail: self.message.clone(),
-            error: self.message,
-        };
+        let body = Problem::new(self.status, self.message);
         let mut r = (self.status, Json(body)).into_response();
         r.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -132,22 +145,65 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// A required JSON body whose rejections (malformed JSON, wrong types, body too large) are
-/// problem details with the right 4xx status. The content type is not checked: aragora's
-/// own `curl -d` example sends none that says JSON.
+/// A required JSON body whose rejections (not JSON by its content type, malformed JSON,
+/// wrong types, body too large or too slow) are problem details with the right 4xx status.
 pub struct ApiJson<T>(pub T);
 
-impl<S, T> FromRequest<S> for ApiJson<T>
+impl<T> FromRequest<Arc<AppState>> for ApiJson<T>
 where
     T: serde::de::DeserializeOwned,
-    S: Send + Sync,
 {
     type Rejection = ApiError;
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
         match extract::json_body(req, state).await? {
             Some(v) => Ok(ApiJson(v)),
             None => Err(extract::body_required()),
         }
+    }
+}
+
+/// The answer for a scope that does not exist and for one the caller may not see: the same,
+/// naming only the scope the caller named.
+fn unknown_scope(scope: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("unknown scope `{scope}`"))
+}
+
+/// The caller may read `scope` (else 404, as if it did not exist).
+fn check_read(access: &Access, scope: &str) -> ApiResult<()> {
+    if access.can_read(scope) {
+        Ok(())
+    } else {
+        Err(unknown_scope(scope))
+    }
+}
+
+/// The caller may write `scope` (which a write may create), else 403. The answer depends
+/// on the token's grant alone, never on whether the scope exists.
+fn check_write(access: &Access, scope: &str) -> ApiResult<()> {
+    if access.can_write(scope) {
+        return Ok(());
+    }
+    let why = if access.can_read(scope) {
+        format!("this token may read `{scope}` but not write it")
+    } else {
+        format!("this token may not write `{scope}`")
+    };
+    Err(ApiError::new(StatusCode::FORBIDDEN, why))
+}
+
+/// The caller's access, set by the token check ([`auth`]) of every `/api` route.
+impl<S: Send + Sync> FromRequestParts<S> for Access {
+    type Rejection = ApiError;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, ApiError> {
+        parts.extensions.get::<Access>().cloned().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the route has no token check",
+            )
+        })
     }
 }
 
@@ -160,9 +216,10 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
-/// Serves the API on `listener` until `shutdown` resolves; then stops accepting, lets
-/// in-flight requests finish, gives running jobs their grace period (or parks them for the
-/// next start), and flushes the store.
+/// Serves the API on `listener` until `shutdown` resolves; then stops accepting, and gives
+/// the requests in progress and the running jobs `server.shutdown_grace_secs` to finish
+/// (then requests are answered 503 and jobs parked for the next start), and flushes the
+/// store.
 pub async fn run(
     engine: Arc<Engine>,
     listener: tokio::net::TcpListener,
@@ -213,11 +270,15 @@ pub async fn run(
         }
     });
 
+    let tokens = access::Tokens::new(&cfg);
+    let policy = policy::Policy::new(&cfg, tokens.open());
     let state = Arc::new(AppState {
         engine: engine.clone(),
         jobs: jobs.clone(),
         metrics: metrics.clone(),
         cfg: cfg.clone(),
+        tokens,
+        policy,
         queried: Mutex::new(HashMap::new()),
         active: Mutex::new(HashMap::new()),
     });
@@ -226,13 +287,28 @@ pub async fn run(
     let warmer = (cfg.warm_before_secs > 0).then(|| tokio::spawn(warm(state.clone(), stop_rx)));
 
     let app = router(state);
-    tracing::info!(addr = ?listener.local_addr().ok(), "serving");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| Error::Internal(format!("server: {e}")))?;
+    let limits = edge::Limits {
+        idle: Duration::from_millis(cfg.idle_timeout_ms),
+        header: Duration::from_millis(cfg.header_timeout_ms),
+        max_connections: edge::connection_cap(cfg.max_connections),
+        max_requests: cfg.max_requests,
+        grace: Duration::from_secs(cfg.shutdown_grace_secs),
+    };
+    if limits.max_connections < cfg.max_connections {
+        tracing::warn!(
+            max_connections = limits.max_connections,
+            configured = cfg.max_connections,
+            "the open-file limit leaves room for fewer connections than server.max_connections"
+        );
+    }
+    tracing::info!(addr = ?listener.local_addr().ok(), max_connections = limits.max_connections, "serving");
+    // The jobs' grace period runs alongside the requests', from the same moment.
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    edge::serve(listener, app, limits, shutdown).await;
 
-    let _ = stop_tx.send(true);
     for w in workers {
         let _ = w.await;
     }
@@ -290,6 +366,7 @@ fn api_routes() -> Router<Arc<AppState>> {
 
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.cfg.body_limit_bytes;
+    let guard = middleware::from_fn_with_state(state.clone(), policy::guard);
     let api = api_routes().route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .nest("/api/v1", api.clone())
@@ -299,6 +376,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(openapi::method_not_allowed)
+        .layer(guard)
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -307,17 +385,13 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Constructs a route's method router (a plain fn, so the route table is a `const`).
 pub(crate) type MakeRoute = fn() -> MethodRouter<Arc<AppState>>;
 
-fn authorized(cfg: &ServerConfig, headers: &HeaderMap) -> bool {
-    if cfg.token.is_empty() {
-        return true;
-    }
-    use subtle::ConstantTimeEq;
+/// The access the request's bearer token gives (`None`: tokens are configured and it
+/// carries none of them).
+fn access_of(s: &AppState, headers: &HeaderMap) -> Option<Access> {
     let given = headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    given.as_bytes().ct_eq(cfg.token.as_bytes()).into()
+        .and_then(|v| v.to_str().ok());
+    s.tokens.access(given)
 }
 
 fn unauthorized() -> Response {
@@ -328,11 +402,13 @@ fn unauthorized() -> Response {
     r
 }
 
-async fn auth(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if authorized(&s.cfg, req.headers()) {
-        next.run(req).await
-    } else {
-        unauthorized()
+async fn auth(State(s): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    match access_of(&s, req.headers()) {
+        Some(access) => {
+            req.extensions_mut().insert(access);
+            next.run(req).await
+        }
+        None => unauthorized(),
     }
 }
 
@@ -364,7 +440,8 @@ async fn healthz() -> Json<serde_json::Value> {
 #[utoipa::path(get, path = "/metrics", tag = "service",
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
 async fn metrics(State(s): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !s.cfg.metrics_public && !authorized(&s.cfg, &headers) {
+    // Any token will do: the metrics name no scope.
+    if !s.cfg.metrics_public && access_of(&s, &headers).is_none() {
         return unauthorized();
     }
     s.metrics.job_queue_depth.set(s.jobs.depth() as i64);
@@ -403,11 +480,13 @@ struct TurnAppended {
     responses((status = 201, description = "Stored durably", body = TurnAppended)))]
 async fn append_turn(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath(id): ApiPath<String>,
     ApiJson(turn): ApiJson<Turn>,
 ) -> ApiResult<(StatusCode, Json<TurnAppended>)> {
     aragora::check_debate_id(&matched, &id)?;
+    check_write(&access, &id)?;
     let st = s.clone();
     let (round, speaker) = (turn.round, turn.speaker.clone());
     let scope = id.clone();
@@ -435,6 +514,10 @@ struct DocumentRequest {
     scope: String,
     source: String,
     text: String,
+    /// When it was written: an RFC 3339 time or a date.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "2026-03-04")]
+    time: Option<crate::time::Time>,
 }
 
 /// What a document ingest did.
@@ -455,15 +538,18 @@ struct DocumentIngested {
     responses((status = 201, description = "Stored durably", body = DocumentIngested)))]
 async fn ingest_document(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiJson(d): ApiJson<DocumentRequest>,
 ) -> ApiResult<(StatusCode, Json<DocumentIngested>)> {
+    check_write(&access, &d.scope)?;
     if d.source.trim().is_empty() {
         return Err(ApiError::bad("source is empty: name the document"));
     }
     let st = s.clone();
     let scope = d.scope.clone();
     let report = blocking(move || {
-        let input = source::document(&d.source, d.text)?;
+        let mut input = source::document(&d.source, d.text)?;
+        input.time = d.time;
         let file = InputFile::single(ScopeKind::Doc, &d.source, input);
         Ok(st.engine.ingest(&d.scope, &[file], unix_now())?)
     })
@@ -491,29 +577,39 @@ async fn ingest_document(
     responses((status = 200, description = "The job", body = Job)))]
 async fn job(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<Job>> {
     let id: u64 = id
         .parse()
         .map_err(|_| ApiError::bad("a job id is a whole number"))?;
-    let job = match params.get("wait") {
-        None => s.jobs.get(id)?,
-        Some(w) => {
-            let secs: u64 = w
-                .parse()
+    let wait: Option<u64> = match params.get("wait") {
+        None => None,
+        Some(w) => Some(
+            w.parse()
                 .ok()
                 .filter(|&n| n <= MAX_JOB_WAIT_SECS)
                 .ok_or_else(|| {
                     ApiError::bad(format!(
                         "wait must be a whole number of seconds from 0 to {MAX_JOB_WAIT_SECS}"
                     ))
-                })?;
-            s.jobs.wait(id, Duration::from_secs(secs)).await?
-        }
+                })?,
+        ),
     };
-    job.map(Json)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")))
+    let no_job = || ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}"));
+    // A job belongs to its scope: one the caller may not see is no job (checked before any
+    // wait, which would tell when it ends).
+    let job = s
+        .jobs
+        .get(id)?
+        .filter(|j| access.can_read(&j.scope))
+        .ok_or_else(no_job)?;
+    let job = match wait {
+        None => Some(job),
+        Some(secs) => s.jobs.wait(id, Duration::from_secs(secs)).await?,
+    };
+    job.map(Json).ok_or_else(no_job)
 }
 
 /// Longest `?wait=` of `GET /api/jobs/{id}`.

@@ -167,7 +167,7 @@ pub(crate) const OTHER_ROUTES: &[(&str, &[&str])] = &[
 )]
 struct ApiDoc;
 
-/// Bearer-token auth (when `server.token` is set).
+/// Bearer-token auth (when `server.token` or `server.tokens` is set).
 struct Bearer;
 
 impl utoipa::Modify for Bearer {
@@ -182,20 +182,40 @@ impl utoipa::Modify for Bearer {
 }
 
 /// Errors every operation may answer with.
-const ERRORS: [(&str, &str); 7] = [
+const ERRORS: [(&str, &str); 12] = [
     (
         "400",
         "Bad input (a bad id, level, strategy, budget or body)",
     ),
     ("401", "A token is configured and the request lacks it"),
-    ("404", "No such scope, job or context"),
+    (
+        "403",
+        "The token may not write that scope, or a write from an origin not in server.cors_origins",
+    ),
+    (
+        "404",
+        "No such scope, job or context (or one the token may not see)",
+    ),
     ("405", "The route does not take that method"),
+    (
+        "408",
+        "The body did not arrive within server.body_timeout_ms",
+    ),
     ("413", "The body is larger than server.body_limit_bytes"),
+    ("415", "A body that is not sent as application/json"),
+    (
+        "421",
+        "Without a token: a Host that is not localhost, an IP address or in server.allowed_hosts",
+    ),
     (
         "422",
         "The body is JSON of the wrong shape (unknown field, wrong type)",
     ),
     ("500", "The server failed"),
+    (
+        "503",
+        "Too many requests or connections (Retry-After), the server is stopping, or a node is missing",
+    ),
 ];
 
 /// The OpenAPI 3.1 document: the annotated operations (under `/api/v1`) listed under

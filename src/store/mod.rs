@@ -15,6 +15,7 @@
 pub mod job;
 pub mod memory;
 pub mod postgres;
+pub mod record;
 pub mod sled;
 #[cfg(test)]
 mod tests;
@@ -23,14 +24,13 @@ pub use job::{Claimant, Job, JobKind, JobOutcome, JobState};
 
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
 
-/// The format version byte in front of every encoded value.
-const FORMAT: u8 = 1;
+pub use record::Record;
 
 /// What a scope holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -99,6 +99,8 @@ pub struct SourceRecord {
     /// The chunk budget the source was cut with; another budget re-chunks it.
     pub chunk_tokens: u32,
     pub chunks: Vec<ChunkRef>,
+    /// When it was said or written (record format 2; `None` in older records).
+    pub time: Option<crate::time::Time>,
 }
 
 /// One ingest step for [`Store::write_sources`], applied whole or not at all.
@@ -332,24 +334,31 @@ pub struct Store {
     earliest: Arc<AtomicU64>,
 }
 
-pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
-    let mut out = vec![FORMAT];
+/// A value as the backends keep it: its type's format version byte, then bincode.
+pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
+    let mut out = vec![T::VERSION];
     let body = bincode::serde::encode_to_vec(v, bincode::config::standard())
         .map_err(|e| Error::DataCorruption(format!("cannot encode value: {e}")))?;
     out.extend_from_slice(&body);
     Ok(out)
 }
 
-pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T> {
+/// A value [`encode`] wrote, by this strata or an older one ([`Record::decode_old`]).
+pub(crate) fn decode<T: Record>(what: &str, bytes: &[u8]) -> Result<T> {
+    let corrupt = |e: bincode::error::DecodeError| Error::DataCorruption(format!("{what}: {e}"));
     match bytes.split_first() {
-        Some((&FORMAT, body)) => {
+        Some((&v, body)) if v == T::VERSION => {
             let (v, _) = bincode::serde::decode_from_slice(body, bincode::config::standard())
-                .map_err(|e| Error::DataCorruption(format!("{what}: {e}")))?;
+                .map_err(corrupt)?;
             Ok(v)
         }
-        Some((v, _)) => Err(Error::DataCorruption(format!(
-            "{what}: format version {v}, this strata reads version {FORMAT}"
-        ))),
+        Some((&v, body)) => match T::decode_old(v, body) {
+            Some(r) => r.map_err(corrupt),
+            None => Err(Error::DataCorruption(format!(
+                "{what}: format version {v}, this strata reads {}",
+                T::versions_read()
+            ))),
+        },
         None => Err(Error::DataCorruption(format!("{what}: empty value"))),
     }
 }
@@ -587,11 +596,11 @@ impl Store {
 
     // ---- views: the last complete tree of each scope ----
 
-    pub fn put_view<T: Serialize>(&self, scope: &str, view: &T) -> Result<()> {
+    pub fn put_view<T: Record>(&self, scope: &str, view: &T) -> Result<()> {
         self.backend.put_view(scope, encode(view)?)
     }
 
-    pub fn get_view<T: DeserializeOwned>(&self, scope: &str) -> Result<Option<T>> {
+    pub fn get_view<T: Record>(&self, scope: &str) -> Result<Option<T>> {
         match self.backend.get_view(scope)? {
             Some(v) => Ok(Some(decode(&format!("view of {scope}"), &v)?)),
             None => Ok(None),

@@ -55,6 +55,7 @@ pub(crate) fn record(scope: &str, id: &str) -> SourceRecord {
         bytes: 1,
         chunk_tokens: 400,
         chunks: Vec::new(),
+        time: None,
     }
 }
 
@@ -225,9 +226,12 @@ fn vectors_and_views(s: &Store) {
     assert_eq!(s.remove_orphan_embeddings().unwrap(), 1, "node 2 is gone");
     assert_eq!(s.n_embeddings(), 1);
 
-    s.put_view("kb", &vec![1u32, 2, 3]).unwrap();
-    assert_eq!(s.get_view::<Vec<u32>>("kb").unwrap(), Some(vec![1, 2, 3]));
-    assert_eq!(s.get_view::<Vec<u32>>("other").unwrap(), None);
+    s.put_view("kb", &vec![1f32, 2.0, 3.0]).unwrap();
+    assert_eq!(
+        s.get_view::<Vec<f32>>("kb").unwrap(),
+        Some(vec![1.0, 2.0, 3.0])
+    );
+    assert_eq!(s.get_view::<Vec<f32>>("other").unwrap(), None);
 
     s.flush().unwrap();
 }

@@ -91,8 +91,7 @@ impl Act {
     }
 }
 
-/// Cue phrases that say what a turn does but that [`importance`] does not score: adding
-/// them there would change every node the offline compressor makes.
+/// Cue phrases that say what a turn does (kinds of act only).
 const MORE_ACTS: &[(&str, Act)] = &[
     ("i vote", Act::Decide),
     ("we vote", Act::Decide),
@@ -574,23 +573,6 @@ const SMALL_TALK: &[&str] = &[
     "jokes",
 ];
 
-/// Procedure: the running of the meeting, not its substance.
-const PROCEDURE: &[&str] = &[
-    "point of order",
-    "next speaker",
-    "the floor",
-    "short break",
-    "microphone",
-    "thank you, chair",
-    "thank you chair",
-    "the minutes",
-];
-
-/// Words whose figures are a policy's (money, shares, counts of votes).
-const MONEY: &[&str] = &[
-    "million", "billion", "percent", "%", "$", "€", "£", "dollars", "votes",
-];
-
 /// The words of `s`, lower case, with single spaces (word boundaries for phrase matching).
 fn words(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -608,37 +590,6 @@ fn has_phrase(ws: &str, phrase: &str) -> bool {
     p.push_str(words(phrase).trim());
     p.push(' ');
     ws.contains(&p)
-}
-
-/// The importance of one sentence in a debate: about 1–2 for a key act (more with a
-/// figure or a deadline), 0 for neutral text, below 0 for small talk and procedure.
-pub(crate) fn importance(sentence: &str) -> f64 {
-    let ws = words(sentence);
-    let act = ACTS
-        .iter()
-        .filter(|(p, _, _)| has_phrase(&ws, p))
-        .map(|(_, w, _)| *w)
-        .fold(0.0, f64::max);
-    let lower = sentence.to_lowercase();
-    let mut score = act;
-    if act > 0.0 {
-        let f = super::facts(sentence);
-        let figure = !f.numbers.is_empty() && MONEY.iter().any(|m| lower.contains(m));
-        if figure {
-            score += 0.4;
-        }
-        if !f.dates.is_empty() {
-            score += 0.3;
-        }
-    }
-    let small = SMALL_TALK.iter().filter(|w| has_phrase(&ws, w)).count();
-    if small > 0 {
-        score -= 1.5 + 0.25 * small as f64;
-    }
-    if PROCEDURE.iter().any(|p| lower.contains(p)) {
-        score -= 0.6;
-    }
-    score
 }
 
 #[cfg(test)]

@@ -6,11 +6,13 @@ use unicode_segmentation::UnicodeSegmentation;
 
 mod acts;
 mod facts;
+pub(crate) mod salience;
+pub(crate) mod time;
 mod words;
 
 pub(crate) use acts::{
     Act, Reply, act_phrases, acts_of, acts_through, asked_act, asks_for_set, called_acts,
-    importance, reply_of, turn_acts,
+    reply_of, turn_acts,
 };
 
 pub(crate) use facts::{MONTHS, facts};
@@ -237,10 +239,22 @@ fn ends_with_abbreviation(s: &str) -> bool {
     let lower = last
         .trim_start_matches(|c: char| !c.is_alphanumeric())
         .to_lowercase();
-    ABBR.contains(&lower.as_str())
-        || (lower.chars().count() == 2
-            && lower.ends_with('.')
-            && lower.starts_with(|c: char| c.is_alphabetic()))
+    ABBR.contains(&lower.as_str()) || is_initials(&lower)
+}
+
+/// Initials and initialisms: one or more single letters, each followed by a full stop
+/// ("J.", "J.K.", "e.g.", "U.S.A."). A sentence rarely ends on one; a name often
+/// continues after it ("J.K. Rowling").
+fn is_initials(token: &str) -> bool {
+    let mut chars = token.chars().peekable();
+    let mut letters = 0;
+    while let Some(c) = chars.next() {
+        if !c.is_alphabetic() || chars.next() != Some('.') {
+            return false;
+        }
+        letters += 1;
+    }
+    letters > 0
 }
 
 #[cfg(test)]
@@ -260,6 +274,19 @@ mod tests {
         // "freedoms." ends with "ms." but is no abbreviation.
         let t = "four human freedoms.\n\nThe first is freedom of speech.";
         assert_eq!(sentences(t).len(), 2);
+    }
+
+    /// Regression: "J.K. Rowling" was cut after "J.K." (only one-letter initials were
+    /// known); initials of any length now continue the sentence.
+    #[test]
+    fn sentence_splitter_keeps_jk_rowling_whole() {
+        let t = "I just finished a book by J.K. Rowling. It was great.";
+        let s = sentences(t);
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert!(t[s[0].start..s[0].end].contains("Rowling"));
+        let t = "We met J. R. R. Tolkien fans in the U.S.A. last May. Then we left.";
+        assert_eq!(sentences(t).len(), 2);
+        assert!(is_initials("j.k.") && is_initials("e.g.") && !is_initials("no.") && !is_initials("ok"));
     }
 
     /// The Sp and Close tables are what the segmenter uses: probed through its own breaks.

@@ -1,5 +1,5 @@
 //! aragora's REST API as strata serves it, without the SDK: both prefixes, bodies without
-//! a JSON content type, problem details for every error (404, 405, a bad `%FF` id), the
+//! a JSON content type refused (415), problem details for every error (404, 405, a bad `%FF` id), the
 //! aragora fields, clamping, the 10,000-character limit, strategies that do what they say,
 //! and an OpenAPI document whose every operation is served.
 
@@ -162,8 +162,9 @@ async fn every_error_is_problem_details() {
 async fn both_prefixes_speak_aragora_and_strata() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), Config::default()).await;
-    // A body sent as `curl -d` sends it (a form content type) is read as JSON.
-    let (code, _, _, v) = send(
+    // A body sent as `curl -d` sends it (a form content type, which any web page can post
+    // to any address) is refused, unread: `-H 'content-type: application/json'` is needed.
+    let (code, ct, _, v) = send(
         &s,
         reqwest::Method::POST,
         "/api/debates/d1/turns",
@@ -173,7 +174,12 @@ async fn both_prefixes_speak_aragora_and_strata() {
         )),
     )
     .await;
-    assert_eq!(code, 201, "{v}");
+    assert_eq!(code, 415, "{v}");
+    is_problem(code, &ct, &v);
+    assert!(
+        v["error"].as_str().unwrap().contains("application/json"),
+        "{v}"
+    );
     debate(&s).await;
     // compress without a body answers with what was built.
     let (code, _, _, c) = send(
@@ -240,7 +246,7 @@ async fn both_prefixes_speak_aragora_and_strata() {
     assert_eq!(w["budget"], Value::Null);
     assert_eq!(w["content"], w["text"]);
     assert_eq!(w["token_count"], w["tokens"]);
-    assert_eq!(w["nodes"].as_array().unwrap().len(), 5, "{w}");
+    assert_eq!(w["nodes"].as_array().unwrap().len(), 4, "{w}");
     assert!(
         w["nodes"][0]["key_topics"]
             .as_array()
@@ -269,7 +275,8 @@ async fn both_prefixes_speak_aragora_and_strata() {
             ),
             (Some(0), Some(5))
         );
-        assert_eq!(st["sources"], 5);
+        // The four turns; the form post wrote nothing.
+        assert_eq!(st["sources"], 4);
     }
 
     // aragora's metric names beside strata's.

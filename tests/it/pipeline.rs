@@ -334,6 +334,7 @@ fn appending_a_turn_recompresses_only_its_ancestors() {
             round: 44,
             speaker: "erin".into(),
             text: "As the newest member I move that the Harbour Line open by June 2034.".into(),
+            time: None,
         },
         T0 + 1,
     )

@@ -81,6 +81,7 @@ fn the_engine_answers_on_postgres_exactly_as_on_a_directory() {
         round: 9,
         speaker: "Okafor".into(),
         text: "The depot on Quarry Lane stores exactly 417 snowploughs.".into(),
+        time: None,
     };
     pg.append("debate", turn, T0).unwrap();
     let a = query(

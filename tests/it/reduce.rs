@@ -83,6 +83,7 @@ fn debate(rounds: u32) -> Vec<Turn> {
                     n * 130,
                     2020 + r % 7
                 ),
+                time: None,
             });
         }
     }
@@ -156,6 +157,7 @@ fn no_prompt_exceeds_the_context_and_an_append_recompresses_one_node_per_layer()
         round: 120,
         speaker: "dana".into(),
         text: "I move that the harbour line open by June 2034, at 41 million.".into(),
+        time: None,
     };
     append(&e, extra, T0 + 1);
     let r = build(&e, T0 + 1);
@@ -187,6 +189,7 @@ fn no_prompt_exceeds_the_context_and_an_append_recompresses_one_node_per_layer()
         round: 121,
         speaker: "alice".into(),
         text: "I agree with Dana and withdraw my objection to the harbour line.".into(),
+        time: None,
     };
     append(&e, next, T0 + 2);
     let r = build(&e, T0 + 2);

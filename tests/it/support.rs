@@ -426,3 +426,139 @@ pub fn check_window(scope: &str, choice: strata::LevelChoice, budget: usize, exp
     flush(&mut s, &mut run);
     expect.assert_eq(&s);
 }
+
+/// Runs the `strata` binary on the store `db` (from the repository, no STRATA_* settings
+/// from this environment): exit code, stdout, stderr.
+pub fn strata_cli(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("STRATA_DB")
+        .env_remove("STRATA_CONFIG")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+// ---------------------------------------------------------------- strata serve, the binary
+
+/// `strata serve` run as the real binary on 127.0.0.1 (a free port), its store in `dir`,
+/// with a TOML `config` and `STRATA_*` variables; killed when dropped.
+pub struct Served {
+    pub child: std::process::Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+}
+
+impl Served {
+    /// Starts it and waits (bounded) until `/healthz` answers.
+    pub fn start(dir: &Path, config: &str, env: &[(&str, &str)]) -> Served {
+        let cfg = dir.join("serve.toml");
+        std::fs::write(&cfg, config).unwrap();
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let addr = format!("127.0.0.1:{port}");
+            let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+            c.arg("--db")
+                .arg(dir.join("db"))
+                .arg("--config")
+                .arg(&cfg)
+                .args(["serve", "--addr", &addr])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(dir.join("serve.log")).unwrap());
+            for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("STRATA_")) {
+                c.env_remove(k);
+            }
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            let mut served = Served {
+                child: c.spawn().unwrap(),
+                addr,
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                if served.child.try_wait().unwrap().is_some() {
+                    break; // the port was taken meanwhile: try another
+                }
+                let up = raw_http(
+                    &served.addr,
+                    "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                );
+                if up.is_some_and(|r| r.status == 200) {
+                    return served;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+        panic!("strata serve would not start: {}", log.trim());
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response read off the socket.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// Sends `request` (head and body exactly as written; `Connection: close` is added to the
+/// head) on a new connection and reads the response until the server closes it; `None`
+/// when the connection fails or no response comes within 60 s.
+pub fn raw_http(addr: &str, request: &str) -> Option<RawResponse> {
+    use std::io::{Read, Write};
+    let (head, body) = request.split_once("\r\n\r\n").unwrap_or((request, ""));
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .ok()?;
+    s.write_all(format!("{head}\r\nConnection: close\r\n\r\n{body}").as_bytes())
+        .ok()?;
+    let mut bytes = Vec::new();
+    let _ = s.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some(RawResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}

@@ -15,6 +15,7 @@ fn turn(round: u32, speaker: &str, text: &str) -> Turn {
         round,
         speaker: speaker.into(),
         text: text.into(),
+        time: None,
     }
 }
 

@@ -217,6 +217,7 @@ pub fn aggregate_debate(
                 text,
                 round: Some(r as u32 + 1),
                 speaker: Some(who[s].to_string()),
+                time: None,
             });
         }
     }

@@ -235,6 +235,7 @@ pub fn debate(
                 round: r as u32 + 1,
                 speaker: who[s].to_string(),
                 text,
+                time: None,
             };
             let id = format!("{path}#{line}");
             tokens += crate::token::count(&turn.text);
@@ -244,6 +245,7 @@ pub fn debate(
                 text: turn.text,
                 round: Some(turn.round),
                 speaker: Some(turn.speaker),
+                time: None,
             });
         }
     }

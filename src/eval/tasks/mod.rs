@@ -272,6 +272,7 @@ pub fn haystack(
                 text: out,
                 round: None,
                 speaker: None,
+                time: None,
             },
         ));
     }

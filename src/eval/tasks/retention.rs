@@ -344,6 +344,7 @@ pub fn retention_debate(
                 text,
                 round: Some(r as u32 + 1),
                 speaker: Some(who[s].to_string()),
+                time: None,
             });
         }
     }

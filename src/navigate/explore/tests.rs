@@ -26,6 +26,7 @@ fn engine(min_keep: usize) -> Engine {
         text,
         round: None,
         speaker: None,
+        time: None,
     };
     let file = InputFile::single(ScopeKind::Doc, "notes.md", input);
     e.ingest("notes", &[file], T0).unwrap();

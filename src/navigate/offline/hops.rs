@@ -195,5 +195,6 @@ pub(super) fn same_round(
         covered,
         idf,
         rounds,
+        subjects: Default::default(),
     }))
 }

@@ -62,16 +62,31 @@ struct Selection {
     covered: BTreeSet<String>,
     idf: BTreeMap<String, f64>,
     rounds: Vec<Option<u32>>,
+    /// The speakers the question names as the one speaking ("what did Caroline realise
+    /// …"): an answer none of whose passages is theirs does not answer it, however many of
+    /// its other words it shares (a question about one person answered from another's
+    /// turn is how a false premise looks).
+    subjects: BTreeSet<String>,
 }
+
+/// What the confidence of an answer keeps when no cited passage is by the speaker the
+/// question asks about: below any readiness threshold that makes sense.
+const SUBJECT_MISSING: f64 = 0.4;
 
 impl Selection {
     fn confidence(&self) -> f64 {
         let total: f64 = self.idf.values().sum::<f64>().max(1e-9);
-        self.covered
+        let share = self
+            .covered
             .iter()
             .filter_map(|t| self.idf.get(t))
             .sum::<f64>()
-            / total
+            / total;
+        if !self.subjects.is_empty() && self.subjects.is_disjoint(&self.covered) {
+            share * SUBJECT_MISSING
+        } else {
+            share
+        }
     }
 }
 
@@ -225,6 +240,7 @@ impl SetCandidates {
                 .filter(|t| self.idf.contains_key(t))
                 .collect(),
             idf: self.idf.clone(),
+            subjects: BTreeSet::new(),
         }
     }
 
@@ -569,5 +585,6 @@ fn answer(
             .filter(|t| idf.contains_key(t))
             .collect(),
         idf,
+        subjects: cues.subjects.iter().cloned().collect(),
     }))
 }

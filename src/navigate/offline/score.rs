@@ -4,7 +4,7 @@ use super::{Cand, Cues};
 use crate::corpus::Place;
 use crate::navigate::Explorer;
 use crate::node::{Node, NodeId, context_label};
-use crate::text::{self, Act};
+use crate::text::{self, Act, salience};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Scores every sentence (and adjacent pair) of the read chunks: BM25 over the candidate
@@ -42,7 +42,9 @@ pub(super) fn candidates(
             let raw = &n.text[s.start..s.end];
             let trimmed_start = s.start + (raw.len() - raw.trim_start().len());
             let trimmed_end = s.end - (raw.len() - raw.trim_end().len());
-            if trimmed_end <= trimmed_start {
+            // A question quoted from the text never answers one: it asks, it does not
+            // establish anything.
+            if trimmed_end <= trimmed_start || salience::is_question(raw) {
                 continue;
             }
             let all = index.analyze_all(raw);

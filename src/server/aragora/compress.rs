@@ -115,12 +115,15 @@ fn all_levels(b: &Built) -> BTreeMap<String, LevelTally> {
         (status = 202, description = "Still building: poll GET /api/v1/jobs/{job_id}", body = CompressResponse)))]
 pub(in crate::server) async fn compress(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
     OptJson(req): OptJson<CompressRequest>,
 ) -> ApiResult<(StatusCode, Json<CompressResponse>)> {
     check_debate_id(&matched, &id)?;
+    // A build schedules work (and model calls): a write.
+    check_write(&access, &id)?;
     let t0 = Instant::now();
     let wanted: Vec<String> = req
         .target_levels

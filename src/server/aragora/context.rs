@@ -44,15 +44,19 @@ pub(in crate::server) struct ContextResponse {
 #[utoipa::path(get, path = "/api/v1/debates/{id}/context/{level}", tag = "rlm",
     params(("id" = String, Path, description = "The debate (or document scope)"),
         ("level" = String, Path, description = "ABSTRACT, SUMMARY, DETAILED, RAW/FULL, METADATA or AUTO, any case"),
-        ("budget" = Option<usize>, Query, description = "Tokens at most (required for auto)")),
+        ("budget" = Option<usize>, Query, description = "Tokens at most (required for auto)"),
+        ("since" = Option<String>, Query, description = "Only turns said at or after this time (RFC 3339 or a date)"),
+        ("until" = Option<String>, Query, description = "Only turns said at or before this time (RFC 3339 or a date)")),
     responses((status = 200, description = "The window", body = ContextResponse)))]
 pub(in crate::server) async fn context(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath((id, level)): ApiPath<(String, String)>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<ContextResponse>> {
     check_debate_id(&matched, &id)?;
+    check_read(&access, &id)?;
     let t0 = Instant::now();
     let choice: LevelChoice = level.parse()?;
     // The level as asked for (aragora's RAW stays RAW), upper case.
@@ -72,12 +76,16 @@ pub(in crate::server) async fn context(
         }
         None => None,
     };
+    let during = crate::time::TimeRange::parse(
+        params.get("since").map(String::as_str),
+        params.get("until").map(String::as_str),
+    )?;
     let now = unix_now();
     let (view, report) = s.engine.serving_view(&id, now).await?;
     if let Some(r) = report {
         s.metrics.observe_build(&r);
     }
-    let (st, plan) = (s.clone(), view.plan);
+    let (st, plan) = (s.clone(), view.plan.within(&during)?);
     let (window, nodes) = blocking(move || {
         let corpus = st.engine.corpus();
         let w = crate::context::window(&corpus, &plan, choice, budget.unwrap_or(usize::MAX), now)?;

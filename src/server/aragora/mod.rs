@@ -14,7 +14,10 @@
 //! - `/metrics/rlm`: aragora's dashboard numbers, computed from the metrics.
 
 use super::extract::{ApiPath, ApiQuery, OptJson};
-use super::{ApiError, ApiJson, ApiResult, AppState, QuerySummary, blocking, schedule};
+use super::{
+    Access, ApiError, ApiJson, ApiResult, AppState, QuerySummary, blocking, check_read,
+    check_write, schedule,
+};
 use crate::built::{Built, LevelTally};
 use crate::clock::unix_now;
 use crate::config::QueryConfig;

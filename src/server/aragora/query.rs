@@ -1,6 +1,7 @@
 //! `query-rlm` on a debate, a context and the knowledge base: aragora's knobs, strata's answer.
 
 use super::*;
+use crate::time::Time;
 
 /// `POST /debates/{id}/query-rlm`.
 #[derive(Deserialize, ToSchema)]
@@ -22,6 +23,14 @@ pub(in crate::server) struct DebateQuery {
     /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
     #[serde(default)]
     time_limit_ms: Option<i64>,
+    /// Only sources said at or after this time (RFC 3339, or a date: from its start).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    since: Option<Time>,
+    /// Only sources said at or before this time (RFC 3339, or a date: to its end).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    until: Option<Time>,
 }
 
 /// `POST /knowledge/query-rlm`: a question over several scopes.
@@ -48,6 +57,14 @@ pub(in crate::server) struct KnowledgeQuery {
     /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
     #[serde(default)]
     time_limit_ms: Option<i64>,
+    /// Only sources said at or after this time (RFC 3339, or a date: from its start).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    since: Option<Time>,
+    /// Only sources said at or before this time (RFC 3339, or a date: to its end).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    until: Option<Time>,
 }
 
 /// `POST /rlm/query`: a question over one context (a scope).
@@ -69,6 +86,14 @@ pub(in crate::server) struct ContextQuery {
     /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
     #[serde(default)]
     time_limit_ms: Option<i64>,
+    /// Only sources said at or after this time (RFC 3339, or a date: from its start).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    since: Option<Time>,
+    /// Only sources said at or before this time (RFC 3339, or a date: to its end).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    until: Option<Time>,
 }
 
 /// The knobs every query route shares.
@@ -79,6 +104,8 @@ struct Knobs<'a> {
     start_level: Option<&'a str>,
     max_nodes: Option<i64>,
     time_limit_ms: Option<i64>,
+    since: Option<Time>,
+    until: Option<Time>,
 }
 
 fn query_config(s: &AppState, k: &Knobs<'_>) -> ApiResult<QueryConfig> {
@@ -112,6 +139,7 @@ fn query_config(s: &AppState, k: &Knobs<'_>) -> ApiResult<QueryConfig> {
         }
         cfg.time_limit_ms = ms.min(3_600_000) as u64;
     }
+    cfg.during = crate::time::TimeRange::new(k.since, k.until)?;
     Ok(cfg)
 }
 
@@ -119,8 +147,13 @@ fn query_config(s: &AppState, k: &Knobs<'_>) -> ApiResult<QueryConfig> {
 /// answers) and strata's (citations, trajectory, usage, the navigation log).
 #[derive(Serialize, ToSchema)]
 pub(in crate::server) struct QueryResponse {
-    /// Only ever cited source text: the citations' quotes joined.
+    /// Only ever cited source text: the citations' quotes joined (after the date a
+    /// question that asks when is answered with, on a line of its own: `when`).
     pub(in crate::server) answer: String,
+    /// The date a question that asks when is answered with (ISO 8601), from the time of
+    /// what it cites; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(in crate::server) when: Option<String>,
     pub(in crate::server) ready: bool,
     pub(in crate::server) confidence: f64,
     /// The refinement iteration that gave the answer, 0-based (= earlier answers).
@@ -156,6 +189,7 @@ impl QueryResponse {
     fn new(r: QueryResult, cfg: &QueryConfig) -> QueryResponse {
         QueryResponse {
             answer: r.answer,
+            when: r.when,
             ready: r.ready,
             confidence: r.confidence,
             iteration: r.drafts.len(),
@@ -274,11 +308,13 @@ async fn run_query(
     responses((status = 200, description = "The answer", body = QueryResponse)))]
 pub(in crate::server) async fn query_debate(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath(id): ApiPath<String>,
     ApiJson(q): ApiJson<DebateQuery>,
 ) -> ApiResult<Json<QueryResponse>> {
     check_debate_id(&matched, &id)?;
+    check_read(&access, &id)?;
     let cfg = query_config(
         &s,
         &Knobs {
@@ -288,6 +324,8 @@ pub(in crate::server) async fn query_debate(
             start_level: q.start_level.as_deref(),
             max_nodes: None,
             time_limit_ms: q.time_limit_ms,
+            since: q.since,
+            until: q.until,
         },
     )?;
     s.engine.scope(&id)?;
@@ -300,6 +338,7 @@ pub(in crate::server) async fn query_debate(
 /// answer.
 pub(in crate::server) async fn query_context(
     s: &Arc<AppState>,
+    access: &Access,
     q: ContextQuery,
 ) -> ApiResult<(String, bool, QueryResponse)> {
     let refine = q.refine.unwrap_or(false);
@@ -312,9 +351,11 @@ pub(in crate::server) async fn query_context(
             start_level: q.start_level.as_deref(),
             max_nodes: None,
             time_limit_ms: q.time_limit_ms,
+            since: q.since,
+            until: q.until,
         },
     )?;
-    if s.engine.scope(&q.context_id).is_err() {
+    if !access.can_read(&q.context_id) || s.engine.scope(&q.context_id).is_err() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("context not found: {:?}", q.context_id),
@@ -349,6 +390,7 @@ pub(in crate::server) struct KnowledgeResponse {
     responses((status = 200, description = "The answer", body = KnowledgeResponse)))]
 pub(in crate::server) async fn query_knowledge(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiJson(q): ApiJson<KnowledgeQuery>,
 ) -> ApiResult<Json<KnowledgeResponse>> {
     let mut scopes = q.scopes.clone().unwrap_or_default();
@@ -371,12 +413,28 @@ pub(in crate::server) async fn query_knowledge(
             start_level: q.start_level.as_deref(),
             max_nodes: q.max_nodes,
             time_limit_ms: q.time_limit_ms,
+            since: q.since,
+            until: q.until,
         },
     )?;
     for sc in &scopes {
+        check_read(&access, sc)?;
         s.engine.scope(sc)?;
     }
-    let r = run_query(&s, scopes.clone(), q.query, cfg.clone(), QUERY_TYPES[1]).await?;
+    // No scope named: every scope the caller may see (for a scoped token, named one by one).
+    let searched = if scopes.is_empty() && !access.is_full() {
+        let visible = access.visible(s.engine.scope_names()?);
+        if visible.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "this token opens no scope that exists yet",
+            ));
+        }
+        visible
+    } else {
+        scopes.clone()
+    };
+    let r = run_query(&s, searched, q.query, cfg.clone(), QUERY_TYPES[1]).await?;
     let mut seen = HashSet::new();
     let sources = r
         .citations

@@ -33,10 +33,12 @@ pub(in crate::server) struct RefinementStatus {
     responses((status = 200, description = "The status", body = RefinementStatus)))]
 pub(in crate::server) async fn refinement_status(
     State(s): State<Arc<AppState>>,
+    access: Access,
     matched: MatchedPath,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<RefinementStatus>> {
     check_debate_id(&matched, &id)?;
+    check_read(&access, &id)?;
     s.engine.scope(&id)?;
     let now = unix_now();
     let (st, scope) = (s.clone(), id.clone());

@@ -7,7 +7,7 @@
 
 use super::aragora::{QueryResponse, iso8601};
 use super::extract::{ApiPath, ApiQuery};
-use super::{ApiError, ApiJson, ApiResult, AppState, blocking};
+use super::{Access, ApiError, ApiJson, ApiResult, AppState, blocking, check_read, check_write};
 use crate::built::LevelTally;
 use crate::clock::unix_now;
 use crate::config::Strategy;
@@ -100,6 +100,7 @@ fn stats_of(b: &crate::built::Built) -> (u64, BTreeMap<String, LevelStat>) {
         (status = 202, description = "Still building", body = RlmCompressResponse)))]
 pub(super) async fn compress(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
     ApiJson(req): ApiJson<RlmCompressRequest>,
 ) -> ApiResult<(StatusCode, Json<RlmCompressResponse>)> {
@@ -120,6 +121,7 @@ pub(super) async fn compress(
     }
     let hash = blake3::hash(format!("{source_type}\n{}", req.content).as_bytes());
     let id = format!("ctx_{}", &hash.to_hex()[..16]);
+    check_write(&access, &id)?;
     let wait = super::aragora::wait_param(&params)?;
     // The source is named after the context: node ids hash the source id, and two
     // contexts must not share a node.
@@ -195,9 +197,10 @@ pub(super) struct RlmQueryMetadata {
     responses((status = 200, description = "The answer", body = RlmQueryResponse)))]
 pub(super) async fn query(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiJson(q): ApiJson<super::aragora::ContextQuery>,
 ) -> ApiResult<Json<RlmQueryResponse>> {
-    let (context_id, refined, answer) = super::aragora::query_context(&s, q).await?;
+    let (context_id, refined, answer) = super::aragora::query_context(&s, &access, q).await?;
     Ok(Json(RlmQueryResponse {
         metadata: RlmQueryMetadata {
             context_id,
@@ -246,20 +249,22 @@ fn int_param(
     }
 }
 
-/// Lists the contexts (every scope), `?limit=` (default 50, at most 100) from `?offset=`.
+/// Lists the contexts (every scope the caller may see), `?limit=` (default 50, at most 100)
+/// from `?offset=`.
 #[utoipa::path(get, path = "/api/v1/rlm/contexts", tag = "rlm-contexts",
     params(("limit" = Option<usize>, Query, description = "At most 100; default 50"),
         ("offset" = Option<usize>, Query, description = "Default 0")),
     responses((status = 200, description = "The contexts", body = ContextList)))]
 pub(super) async fn list(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> ApiResult<Json<ContextList>> {
     let limit = int_param(&params, "limit", 50, 100)?;
     let offset = int_param(&params, "offset", 0, usize::MAX)?;
     let st = s.clone();
     let (total, contexts) = blocking(move || {
-        let names = st.engine.scope_names()?;
+        let names = access.visible(st.engine.scope_names()?);
         let mut out = Vec::new();
         for name in names.iter().skip(offset).take(limit) {
             let rec = st.engine.scope(name)?;
@@ -311,8 +316,10 @@ pub(super) struct ContextLevel {
     responses((status = 200, description = "The context", body = ContextDetail)))]
 pub(super) async fn detail(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<ContextDetail>> {
+    check_read(&access, &id)?;
     let st = s.clone();
     let d = blocking(move || {
         let rec = st.engine.scope(&id)?;

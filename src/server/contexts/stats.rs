@@ -1,6 +1,25 @@
-//! Numbers of the context API: stats, readiness, status, the dashboard.
+//! Numbers of the context API: stats, readiness, status, the dashboard. A scoped token
+//! sees the scopes it may read and their numbers; the store's own figures (index
+//! documents, disk bytes) and the process's metrics are the same for every caller and name
+//! no scope.
 
 use super::*;
+
+/// The store's stats as `access` may see them: its scopes only, and `nodes` counting
+/// their live nodes (every node of the store for full access).
+async fn visible_stats(s: &Arc<AppState>, access: &Access) -> ApiResult<crate::Stats> {
+    let st = s.clone();
+    let mut stats = blocking(move || Ok(st.engine.stats(unix_now())?)).await?;
+    if !access.is_full() {
+        stats.scopes.retain(|sc| access.can_read(&sc.scope));
+        stats.nodes = stats
+            .scopes
+            .iter()
+            .map(|sc| sc.live_by_level.iter().map(|(_, n)| *n).sum::<usize>())
+            .sum();
+    }
+    Ok(stats)
+}
 
 #[derive(Serialize, ToSchema)]
 pub(in crate::server) struct CacheStats {
@@ -43,9 +62,11 @@ pub(in crate::server) struct RlmStats {
 /// Cache, contexts and store numbers.
 #[utoipa::path(get, path = "/api/v1/rlm/stats", tag = "rlm-contexts",
     responses((status = 200, description = "The numbers", body = RlmStats)))]
-pub(in crate::server) async fn stats(State(s): State<Arc<AppState>>) -> ApiResult<Json<RlmStats>> {
-    let st = s.clone();
-    let stats = blocking(move || Ok(st.engine.stats(unix_now())?)).await?;
+pub(in crate::server) async fn stats(
+    State(s): State<Arc<AppState>>,
+    access: Access,
+) -> ApiResult<Json<RlmStats>> {
+    let stats = visible_stats(&s, &access).await?;
     let (hits, misses) = (s.metrics.cache_hits.get(), s.metrics.cache_misses.get());
     let ids: Vec<String> = stats.scopes.iter().map(|sc| sc.scope.clone()).collect();
     Ok(Json(RlmStats {
@@ -106,9 +127,9 @@ pub(in crate::server) struct CodebaseHealth {
     responses((status = 200, description = "The health", body = CodebaseHealth)))]
 pub(in crate::server) async fn codebase_health(
     State(s): State<Arc<AppState>>,
+    access: Access,
 ) -> ApiResult<Json<CodebaseHealth>> {
-    let st = s.clone();
-    let stats = blocking(move || Ok(st.engine.stats(unix_now())?)).await?;
+    let stats = visible_stats(&s, &access).await?;
     let status = if stats.scopes.is_empty() {
         "missing"
     } else if stats.unindexed > 0 {

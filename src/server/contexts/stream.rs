@@ -158,8 +158,10 @@ const MODES: [(&str, &str, &str); 4] = [
     responses((status = 200, description = "The chunks", body = StreamResponse)))]
 pub(in crate::server) async fn stream(
     State(s): State<Arc<AppState>>,
+    access: Access,
     ApiJson(req): ApiJson<StreamRequest>,
 ) -> ApiResult<Json<StreamResponse>> {
+    check_read(&access, &req.context_id)?;
     let mode = req.mode.clone().unwrap_or_else(|| "top_down".into());
     let down = [
         Level::Abstract,

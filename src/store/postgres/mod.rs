@@ -1901,6 +1901,54 @@ mod tests {
         assert_eq!(s.n_nodes(), 0);
     }
 
+    /// A database a strata before source times left (schema 1, version 1 records) opens:
+    /// migration 2 is applied and its records read as records without a time.
+    #[test]
+    fn a_schema_1_database_with_version_1_records_opens() {
+        use crate::store::record::v1;
+        let Some(pg) = scratch::Scratch::for_test("schema_1_records") else {
+            return;
+        };
+        let url = pg.database().unwrap();
+        drop(Store::open_postgres(&url, "a", 2, None).unwrap());
+        let n = node(7, None);
+        let old = v1::Node {
+            id: n.id,
+            scope: n.scope.clone(),
+            level: n.level,
+            text: n.text.clone(),
+            children: Vec::new(),
+            citations: n.citations.clone(),
+            tokens: n.tokens,
+            meta: v1::Meta {
+                rounds: vec![2],
+                speakers: vec!["bob".into()],
+                headings: Vec::new(),
+                tags: None,
+            },
+            created_at: n.created_at,
+            expires_at: None,
+        };
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        scratch_execute(
+            &url,
+            &format!(
+                "DELETE FROM strata_migrations WHERE version >= 2;
+                 DELETE FROM strata_meta WHERE key = 'record_format';
+                 INSERT INTO nodes (id, expires_at, body) VALUES ('\\x{}', NULL, '\\x{}');",
+                hex(&n.id.0),
+                hex(&v1::encode(&old))
+            ),
+        );
+        let s = Store::open_postgres(&url, "a", 2, None).unwrap();
+        let got = s.get_node(&n.id).unwrap().unwrap();
+        assert_eq!(
+            (got.meta.speakers.as_slice(), got.meta.time),
+            (&["bob".to_string()][..], None)
+        );
+        assert_eq!(got.text, n.text);
+    }
+
     fn scratch_execute(url: &str, sql: &str) {
         scratch::execute(url, sql).unwrap();
     }

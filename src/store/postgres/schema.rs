@@ -20,10 +20,11 @@ pub(super) struct Migration {
 }
 
 /// Every version, oldest first. Append only: a released version never changes.
-pub(super) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "nodes with deadlines, sources, scopes, views, vectors, jobs, the change feed",
-    sql: r#"
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "nodes with deadlines, sources, scopes, views, vectors, jobs, the change feed",
+        sql: r#"
 CREATE TABLE strata_meta (
     key text PRIMARY KEY,
     value bigint NOT NULL
@@ -109,7 +110,19 @@ CREATE TABLE jobs (
 CREATE UNIQUE INDEX jobs_one_running_per_scope ON jobs (scope) WHERE state = 'running';
 CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued';
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "node and source records in format 2 (source times)",
+        // Nothing moves: the records are bodies, and version 1 bodies are still read
+        // (`store::record`). What changes is who may open the database: a strata before
+        // source times cannot read version 2 bodies, and this version is how it learns so
+        // at open, in one line, instead of failing on the first timed record.
+        sql: r#"
+INSERT INTO strata_meta VALUES ('record_format', 2);
+"#,
+    },
+];
 
 /// The newest version this binary knows.
 pub(super) fn latest() -> i32 {

@@ -45,9 +45,12 @@ pub(crate) use keys::source_key;
 use keys::{deadline_of, embed_key, expiry_key, node_id};
 use tx::{NodeTx, TxResult, txn_err};
 
-/// The layout of the store (key schemes, trees). 1: `scope \0 source` keys (ambiguous);
-/// 2: length-prefixed keys, the pending-index set written with every node change.
-pub const LAYOUT: u8 = 2;
+/// The layout of the store (key schemes, trees, record versions). 1: `scope \0 source`
+/// keys (ambiguous); 2: length-prefixed keys, the pending-index set written with every
+/// node change; 3: node and source records may be format 2 (source times), which a strata
+/// of layout 2 cannot read — it refuses the store at open instead of failing on a record.
+/// 2 → 3 changes nothing but the layout byte: version 1 records are read as they are.
+pub const LAYOUT: u8 = 3;
 
 /// sled's errors as ours: a full disk is its own error whichever write met it, damage
 /// points to `strata repair`, the rest is one line.
@@ -157,13 +160,16 @@ impl SledBackend {
             queue: LocalQueue::default(),
             db,
         };
-        if layout < LAYOUT {
+        if layout < 2 {
             s.migrate_from_1()?;
+        } else if layout < LAYOUT {
+            s.db.insert("format", &[LAYOUT])?;
+            s.db.flush()?;
         }
         Ok(s)
     }
 
-    /// Layout 1 → 2: source keys `scope \0 source` become length-prefixed. Scope names
+    /// Layout 1 → 2 (and so to [`LAYOUT`]): source keys `scope \0 source` become length-prefixed. Scope names
     /// never held NUL, so the first NUL splits an old key exactly. One transaction: a crash
     /// leaves layout 1 whole, and the next open migrates again.
     fn migrate_from_1(&self) -> Result<()> {

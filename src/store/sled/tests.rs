@@ -27,7 +27,7 @@ fn a_layout_1_store_is_migrated_at_open() {
             .unwrap();
         db.open_tree("texts")
             .unwrap()
-            .insert(&old_key, encode(&"text of a").unwrap())
+            .insert(&old_key, encode(&"text of a".to_string()).unwrap())
             .unwrap();
         db.open_tree("scopes")
             .unwrap()
@@ -51,9 +51,74 @@ fn a_layout_1_store_is_migrated_at_open() {
     s.clear_pending_index(&marks).unwrap();
     assert_eq!(s.n_pending_index(), 0);
     drop(s);
-    // Opening again finds layout 2 and changes nothing.
+    // Opening again finds the current layout and changes nothing.
     let s = SledBackend::open(dir.path()).unwrap();
     assert!(s.get_source("kb", "docs/a.md").unwrap().is_some());
+    assert_eq!(s.db.get("format").unwrap().unwrap().as_ref(), &[LAYOUT]);
+}
+
+/// A layout-2 store (before source times): its version 1 node and source records read as
+/// records without a time, and the open moves it to the current layout.
+#[test]
+fn a_layout_2_store_with_version_1_records_opens() {
+    use crate::store::record::v1;
+    let dir = tempfile::tempdir().unwrap();
+    let node = crate::node::full_id("kb", "docs/a.md", 0, 9, "text of a");
+    {
+        let db = sled::Config::new()
+            .path(dir.path().join("store"))
+            .open()
+            .unwrap();
+        db.insert("format", &[2u8]).unwrap();
+        let key = source_key("kb", "docs/a.md");
+        let old = v1::SourceRecord {
+            id: "docs/a.md".into(),
+            scope: "kb".into(),
+            seq: 0,
+            round: None,
+            speaker: None,
+            hash: *blake3::hash(b"text of a").as_bytes(),
+            bytes: 9,
+            chunk_tokens: 512,
+            chunks: Vec::new(),
+        };
+        db.open_tree("sources")
+            .unwrap()
+            .insert(&key, v1::encode(&old))
+            .unwrap();
+        let n = v1::Node {
+            id: node,
+            scope: "kb".into(),
+            level: crate::level::Level::Full,
+            text: "text of a".into(),
+            children: Vec::new(),
+            citations: vec![crate::node::Span {
+                source: "docs/a.md".into(),
+                start: 0,
+                end: 9,
+            }],
+            tokens: 3,
+            meta: v1::Meta {
+                rounds: Vec::new(),
+                speakers: Vec::new(),
+                headings: Vec::new(),
+                tags: None,
+            },
+            created_at: 1,
+            expires_at: None,
+        };
+        db.open_tree("nodes")
+            .unwrap()
+            .insert(node.0, v1::encode(&n))
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(s.db.get("format").unwrap().unwrap().as_ref(), &[LAYOUT]);
+    let r = s.get_source("kb", "docs/a.md").unwrap().unwrap();
+    assert_eq!((r.bytes, r.time), (9, None));
+    let n = s.get_node(&node).unwrap().unwrap();
+    assert_eq!((n.text.as_str(), n.meta.time), ("text of a", None));
 }
 
 #[test]

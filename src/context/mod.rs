@@ -4,9 +4,14 @@
 use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::level::Level;
-use crate::node::{Node, NodeId};
+use crate::node::{Node, NodeId, Span};
+use std::collections::BTreeMap;
+
+mod focus;
+pub(crate) use focus::window as focused;
 use crate::plan::Plan;
 use crate::store::ScopeKind;
+use crate::text::salience;
 use crate::token;
 use serde::Serialize;
 
@@ -52,9 +57,17 @@ pub struct ContextNode {
     pub part: &'static str,
     /// What the node covers: its first and last group (`Round 3`, a document section).
     pub covers: Covers,
-    /// Only the most important sentences of the node are in the window (an overview
-    /// trimmed to its share of the budget).
+    /// Only part of the node is in the window (an overview trimmed to its most salient
+    /// sentences, a group cut to the chunks that fit, an excerpt of a turn).
     pub partial: bool,
+    /// The exact source spans of what the window shows of the node (FULL text: a whole
+    /// chunk, or an excerpt of it); empty for derived levels, which cite through `id`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<Span>,
+    /// Why the part was chosen: named features and their values (question-focused
+    /// windows: `retrieval`, `neighbour`, `reply_to_question`, `score`, `rank`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub why: BTreeMap<String, f64>,
 }
 
 /// The span of the scope a part of a window covers.
@@ -77,11 +90,16 @@ pub struct ContextWindow {
     pub text: String,
     /// The nodes used, in the order they appear in `text`.
     pub nodes: Vec<ContextNode>,
-    /// Nodes of the requested level that did not fit.
+    /// Nodes of the requested level that did not fit (question-focused windows: turns
+    /// that bore on the question but did not fit).
     pub omitted: usize,
+    /// The question or turn a question-focused window was built for.
+    #[serde(rename = "for", skip_serializing_if = "Option::is_none")]
+    pub focus: Option<String>,
 }
 
 /// One block of a window: a header line and the text of one or more nodes.
+#[derive(Clone)]
 struct Item {
     header: Option<String>,
     body: String,
@@ -129,22 +147,13 @@ pub(crate) fn window(
     };
     let (text, tokens, items, dropped) = fit(items, budget);
     let last = plan.groups.len().saturating_sub(1);
-    let covers = |(a, b): (usize, usize)| {
-        let label = |g: usize| {
-            plan.groups
-                .get(g)
-                .map(|g| g.label.clone())
-                .unwrap_or_default()
-        };
-        Covers {
-            from: label(a),
-            to: label(b),
-            rounds: plan
-                .groups
-                .get(a)
-                .and_then(|g| g.round)
-                .zip(plan.groups.get(b).and_then(|g| g.round)),
-        }
+    let full_at: std::collections::HashMap<NodeId, usize> = if items
+        .iter()
+        .any(|i| i.nodes.iter().any(|n| n.1 == Level::Full))
+    {
+        plan.chunks.iter().enumerate().map(|(ci, c)| (c.full, ci)).collect()
+    } else {
+        Default::default()
     };
     Ok(ContextWindow {
         scope: plan.scope.clone(),
@@ -170,12 +179,50 @@ pub(crate) fn window(
                 } else {
                     "history"
                 },
-                covers: covers(i.groups),
+                covers: covers(plan, i.groups),
                 partial: i.partial,
+                spans: match level {
+                    Level::Full => full_spans(plan, full_at.get(id).copied()),
+                    _ => Vec::new(),
+                },
+                why: BTreeMap::new(),
             })
             .collect(),
         omitted: omitted_before + dropped,
+        focus: None,
     })
+}
+
+/// What groups `first..=last` of `plan` cover.
+fn covers(plan: &Plan, (a, b): (usize, usize)) -> Covers {
+    let label = |g: usize| {
+        plan.groups
+            .get(g)
+            .map(|g| g.label.clone())
+            .unwrap_or_default()
+    };
+    Covers {
+        from: label(a),
+        to: label(b),
+        rounds: plan
+            .groups
+            .get(a)
+            .and_then(|g| g.round)
+            .zip(plan.groups.get(b).and_then(|g| g.round)),
+    }
+}
+
+/// The span of chunk `ci` of `plan`.
+fn full_spans(plan: &Plan, ci: Option<usize>) -> Vec<Span> {
+    ci.map(|ci| {
+        let c = &plan.chunks[ci];
+        vec![Span {
+            source: plan.sources[c.source].id.clone(),
+            start: c.start,
+            end: c.end,
+        }]
+    })
+    .unwrap_or_default()
 }
 
 /// Joins items and drops from the far end until the exact token count fits.
@@ -214,6 +261,19 @@ fn label(plan: &Plan, ci: usize, text: &str) -> String {
 
 /// One item per group at `level` (FULL and DETAILED concatenate the group's chunks).
 fn group_item(corpus: &Corpus<'_>, plan: &Plan, gi: usize, level: Level, now: u64) -> Result<Item> {
+    chunks_item(corpus, plan, gi, &plan.groups[gi].chunks, level, now)
+}
+
+/// The item of group `gi` at `level`, holding only `chunks` of it at FULL or DETAILED
+/// (marked partial when that is not all of them).
+fn chunks_item(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    gi: usize,
+    chunks: &[usize],
+    level: Level,
+    now: u64,
+) -> Result<Item> {
     let g = &plan.groups[gi];
     let header = Some(format!("## {} ({})", g.label, level));
     let order = gi + 1;
@@ -222,7 +282,7 @@ fn group_item(corpus: &Corpus<'_>, plan: &Plan, gi: usize, level: Level, now: u6
             let mut body = String::new();
             let mut nodes = Vec::new();
             let mut last_source = None;
-            for &ci in &g.chunks {
+            for &ci in chunks {
                 let c = &plan.chunks[ci];
                 let id = if level == Level::Full {
                     c.full
@@ -248,7 +308,7 @@ fn group_item(corpus: &Corpus<'_>, plan: &Plan, gi: usize, level: Level, now: u6
                 nodes,
                 order,
                 groups: (gi, gi),
-                partial: false,
+                partial: chunks.len() < g.chunks.len(),
             })
         }
         _ => {
@@ -324,13 +384,56 @@ fn fixed(
     for item in iter {
         let c = cost(&item);
         if used + c > budget {
+            // The group does not fit whole: at FULL or DETAILED, its newest chunks (a
+            // debate) or its first ones (a document) that do, rather than nothing.
+            if matches!(level, Level::Full | Level::Detailed)
+                && let Some(part) =
+                    partial_group(corpus, plan, item.groups.0, level, budget - used, now)?
+            {
+                picked.push(part);
+            }
             break;
         }
         used += c;
         picked.push(item);
     }
-    let omitted = total - picked.len();
+    let omitted = total - picked.iter().filter(|i| !i.partial).count();
     Ok((picked, omitted))
+}
+
+/// The largest run of group `gi`'s chunks at `level` that fits `room` tokens: its newest
+/// chunks in a debate, its first ones in a document. None when not even one fits.
+fn partial_group(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    gi: usize,
+    level: Level,
+    room: usize,
+    now: u64,
+) -> Result<Option<Item>> {
+    let all = &plan.groups[gi].chunks;
+    let newest_first = plan.kind == ScopeKind::Debate;
+    // Costs grow with the run: find the longest run that fits by bisection.
+    let run = |k: usize| -> &[usize] {
+        if newest_first {
+            &all[all.len() - k..]
+        } else {
+            &all[..k]
+        }
+    };
+    let (mut lo, mut hi) = (0usize, all.len());
+    let mut best = None;
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        let it = chunks_item(corpus, plan, gi, run(mid), level, now)?;
+        if cost(&it) <= room {
+            lo = mid;
+            best = Some(it);
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Ok(best)
 }
 
 /// The share of an `auto` window the overview may take when the whole ABSTRACT does not
@@ -341,13 +444,13 @@ const OVERVIEW_WHOLE: f64 = 0.75;
 
 /// The best mix under the budget. First an overview of the whole scope, at every budget:
 /// the ABSTRACT, or — when it takes more than three quarters of the window — its most
-/// important sentences (`text::importance`: decisions, proposals with figures, objections,
-/// commitments, changes of position first; small talk last) up to about two thirds of
-/// it, in their original order with their round labels. Then, for debates, the latest
-/// round in FULL (DETAILED if FULL does not fit in half of what is left), a SUMMARY of
-/// every older round (most recent first if not all fit, as a contiguous run), then more
-/// recent rounds upgraded to FULL or DETAILED while the budget allows. Documents: a
-/// SUMMARY of every section in order, then sections upgraded in order.
+/// salient sentences (`text::salience`) up to about two thirds of it, in their original
+/// order with their round labels. Then, for debates, the latest round in FULL (DETAILED if
+/// FULL does not fit in half of what is left), a SUMMARY of every older round (most recent
+/// first if not all fit, as a contiguous run), then more recent rounds upgraded to FULL or
+/// DETAILED while the budget allows; when not even the latest round fits at a fine level,
+/// no round is placed. Documents: a SUMMARY of every section in order, then sections
+/// upgraded in order. Whatever is left goes to the overview.
 fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Vec<Item>, usize)> {
     let n = plan.groups.len();
     let mut p = Packer {
@@ -357,23 +460,31 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     };
     let abs = overview(plan, &corpus.node(&plan.abstract_id, now)?);
     let c = cost(&abs);
+    let mut whole = None;
     if (c as f64) <= OVERVIEW_WHOLE * budget as f64 {
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
-    } else if let Some(trimmed) = trim_overview(abs, (OVERVIEW_SHARE * budget as f64) as usize) {
-        p.used += cost(&trimmed);
-        p.items[OVERVIEW] = Some(trimmed);
+    } else {
+        if let Some(trimmed) = trim_overview(abs.clone(), (OVERVIEW_SHARE * budget as f64) as usize)
+        {
+            p.used += cost(&trimmed);
+            p.items[OVERVIEW] = Some(trimmed);
+        }
+        whole = Some(abs);
     }
     let order: Vec<usize> = match plan.kind {
         ScopeKind::Debate => (0..n).rev().collect(),
         ScopeKind::Doc => (0..n).collect(),
     };
     let fine = [Level::Full, Level::Detailed];
+    let mut history = true;
     if plan.kind == ScopeKind::Debate && n > 0 && p.used < budget {
         let half = p.used + (budget - p.used) / 2;
-        p.place(corpus, plan, now, n - 1, &fine, half)?;
+        // Recent rounds come at a fine level, older ones at a coarse one: when not even
+        // the latest round fits at a fine level, the rest of the window is the overview's.
+        history = p.place(corpus, plan, now, n - 1, &fine, half)?;
     }
-    for &gi in &order {
+    for &gi in order.iter().filter(|_| history) {
         // A debate keeps a contiguous run of recent rounds: no gap where a long round
         // did not fit and an older, shorter one did.
         if p.costs[gi] == 0
@@ -383,7 +494,7 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
             break;
         }
     }
-    for &gi in &order {
+    for &gi in order.iter().filter(|_| history) {
         let placed_finer = p.items[gi + 1]
             .as_ref()
             .is_some_and(|it| it.nodes.first().is_some_and(|x| x.1 < Level::Summary));
@@ -394,14 +505,29 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
             break;
         }
     }
+    // What the groups left unused goes to a trimmed overview: more of the whole.
+    if let Some(abs) = whole
+        && p.used < budget
+    {
+        let had = p.items[OVERVIEW].as_ref().map_or(0, cost);
+        let room = had + (budget - p.used);
+        if let Some(trimmed) = trim_overview(abs, room) {
+            let c = cost(&trimmed);
+            if c > had && p.used - had + c <= budget {
+                p.used = p.used - had + c;
+                p.items[OVERVIEW] = Some(trimmed);
+            }
+        }
+    }
     let omitted = p.items.iter().skip(1).filter(|i| i.is_none()).count();
     Ok((p.items.into_iter().flatten().collect(), omitted))
 }
 
-/// The overview cut to `limit` tokens: its sentences ranked by importance (then by facts
-/// per token, then earlier first), kept while they fit, rendered in their original order.
-/// A kept sentence that does not open its line gets its line's label (`Round 12:`), so
-/// every kept sentence still says where it comes from. None when not even one fits.
+/// The overview cut to `limit` tokens: its sentences ranked by salience
+/// (`text::salience`, each line a passage), kept greedily while they fit with a redundancy
+/// penalty, rendered in their original order. A kept sentence that does not open its line
+/// gets its line's label (`Round 12:`), so every kept sentence still says where it comes
+/// from. None when not even one fits.
 fn trim_overview(item: Item, limit: usize) -> Option<Item> {
     let text = &item.body;
     let header_cost = item.header.as_deref().map_or(0, token::count) + 2;
@@ -423,8 +549,6 @@ fn trim_overview(item: Item, limit: usize) -> Option<Item> {
         start: usize,
         end: usize,
         line: usize,
-        tier: i32,
-        density: f64,
         tokens: usize,
     }
     let mut sents: Vec<S> = Vec::new();
@@ -434,38 +558,53 @@ fn trim_overview(item: Item, limit: usize) -> Option<Item> {
             continue;
         }
         let line = lines.partition_point(|l| l.0 <= sp.start).saturating_sub(1);
-        let facts = crate::text::facts(raw).count();
-        let tokens = token::count(raw);
         sents.push(S {
             start: sp.start,
             end: sp.end,
             line,
-            tier: (crate::text::importance(raw) * 2.0).floor() as i32,
-            density: facts as f64 / tokens.max(1) as f64,
-            tokens,
+            tokens: token::count(raw),
         });
     }
-    let mut rank: Vec<usize> = (0..sents.len()).collect();
-    rank.sort_by(|&a, &b| {
-        let (x, y) = (&sents[a], &sents[b]);
-        y.tier
-            .cmp(&x.tier)
-            .then(y.density.total_cmp(&x.density))
-            .then(a.cmp(&b))
-    });
+    let units: Vec<salience::Unit<'_>> = sents
+        .iter()
+        .map(|s| salience::Unit {
+            text: strip_label(text[s.start..s.end].trim(), lines[s.line].1),
+            passage: s.line,
+        })
+        .collect();
+    let scores: Vec<f64> = salience::features(&units)
+        .iter()
+        .map(salience::Features::score)
+        .collect();
+    let bags: Vec<_> = units
+        .iter()
+        .map(|u| crate::text::term_counts(u.text))
+        .collect();
     let mut keep = vec![false; sents.len()];
+    let mut redundancy = vec![0.0f64; sents.len()];
     let mut used = header_cost;
-    for i in rank {
-        let s = &sents[i];
-        let label = lines[s.line].1;
-        let extra = if label.is_empty() || lines[s.line].0 == s.start {
-            0
-        } else {
-            token::count(label)
+    loop {
+        let cost = |i: usize| {
+            let s = &sents[i];
+            let label = lines[s.line].1;
+            let extra = if label.is_empty() || lines[s.line].0 == s.start {
+                0
+            } else {
+                token::count(label)
+            };
+            s.tokens + extra + 1
         };
-        if used + s.tokens + extra < limit {
-            used += s.tokens + extra + 1;
-            keep[i] = true;
+        let value = |i: usize| scores[i] - OVERVIEW_REDUNDANCY * redundancy[i];
+        let pick = (0..sents.len())
+            .filter(|&i| !keep[i] && used + cost(i) <= limit && value(i) > 0.0)
+            .max_by(|&a, &b| value(a).total_cmp(&value(b)).then(b.cmp(&a)));
+        let Some(i) = pick else { break };
+        used += cost(i);
+        keep[i] = true;
+        for j in 0..sents.len() {
+            if !keep[j] {
+                redundancy[j] = redundancy[j].max(salience::similarity(&bags[i], &bags[j]));
+            }
         }
     }
     let mut body = String::new();
@@ -494,6 +633,17 @@ fn trim_overview(item: Item, limit: usize) -> Option<Item> {
         partial: true,
         ..item
     })
+}
+
+/// How much similarity to an overview sentence already kept takes off another's salience.
+const OVERVIEW_REDUNDANCY: f64 = 0.7;
+
+/// A sentence without its line's label (`Round 12: `), when it opens with it.
+fn strip_label<'t>(sentence: &'t str, label: &str) -> &'t str {
+    if label.is_empty() {
+        return sentence;
+    }
+    sentence.strip_prefix(label).unwrap_or(sentence)
 }
 
 /// The groups chosen so far by `auto`, and their cost.
@@ -548,6 +698,7 @@ mod tests {
                     round: r,
                     speaker: sp.to_string(),
                     text,
+                    time: None,
                 };
                 sources.push(turn_input(format!("d#{r}-{sp}"), t).unwrap());
             }

@@ -1,0 +1,383 @@
+//! Question-focused windows (`strata context --for TEXT`): the best view of a scope for a
+//! question, or for the turn about to be spoken, within a budget.
+//!
+//! The turns (FULL chunks) are ranked by the one retrieval seam (`Corpus::search`: BM25,
+//! fused with dense retrieval when configured) and then by their place in the
+//! conversation: a turn next to a strong hit shares some of its score (a discussion runs
+//! over several turns), and the turn right after a hit that asks a question shares more
+//! (a reply answers in other words than the question). The best turns are packed as
+//! excerpts — a short turn whole, a long one cut to its sentences that bear on the
+//! question — each under its speaker, round and time label, in reading order, after a short
+//! overview of the whole scope when the budget allows, so that the excerpts can be placed.
+//! Every part cites its exact spans, and says why it was chosen.
+
+use super::{ContextNode, ContextWindow, trim_overview};
+use crate::corpus::{Corpus, Place, Search, Trees};
+use crate::error::Result;
+use crate::level::Level;
+use crate::node::Span;
+use crate::plan::Plan;
+use crate::text::{self, salience};
+use crate::token;
+use std::collections::{BTreeMap, HashMap};
+
+/// How much of the nearby hits' scores a turn takes, and over how many turns a hit's
+/// share decays by a factor e.
+const NEIGHBOUR: f64 = 1.0;
+const SPREAD: f64 = 6.0;
+/// A hit (or reply) with at least this share of the best hit's score is evidence of its
+/// own, placed in the first pass, which may use this share of the budget.
+const EVIDENCE_FLOOR: f64 = 0.3;
+const EVIDENCE_SHARE: f64 = 0.5;
+
+fn dev(name: &str, default: f64) -> f64 {
+    std::env::var(format!("STRATA_DEV_{name}"))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+/// How much of the score of a question just before it a turn takes (its reply).
+const REPLY: f64 = 0.6;
+/// Turns ranked: at most this many hits are read.
+const MAX_HITS: usize = 400;
+/// A turn longer than this many tokens is cut to its sentences that bear on the question.
+const EXCERPT_TOKENS: usize = 60;
+/// The overview's share of the budget, and the budget below which there is none.
+const OVERVIEW_SHARE: f64 = 0.1;
+const OVERVIEW_MIN_BUDGET: usize = 800;
+
+/// One turn considered for the window.
+struct Turn {
+    chunk: usize,
+    /// Its own retrieval score plus what a neighbouring hit or the question it replies to
+    /// lends it.
+    score: f64,
+    /// Its own retrieval score plus the reply credit only.
+    direct: f64,
+    why: BTreeMap<String, f64>,
+}
+
+/// The window for `question` over `plan`'s scope, or `None` when the question has no
+/// searchable words (the caller serves the unfocused window instead).
+pub(crate) fn window(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    question: &str,
+    budget: usize,
+    now: u64,
+) -> Result<Option<ContextWindow>> {
+    super::check_budget(budget)?;
+    let q = corpus.question(question);
+    if q.terms().is_empty() {
+        return Ok(None);
+    }
+    let trees = Trees::new(vec![plan.clone()]);
+    let mut dense = corpus.dense();
+    let found = corpus.search(
+        &trees,
+        &Search {
+            question: &q,
+            levels: &[Level::Full],
+            within: None,
+            limit: MAX_HITS.min(plan.chunks.len().max(1)),
+        },
+        dense.as_mut(),
+    )?;
+    let top = found.hits.first().map_or(0.0, |h| h.1 as f64).max(1e-9);
+    let mut hit: Vec<f64> = vec![0.0; plan.chunks.len()];
+    for (id, score) in &found.hits {
+        if let Some(Place::Full(_, ci)) = trees.place(id) {
+            hit[ci] = *score as f64 / top;
+        }
+    }
+    // Texts of the chunks next to a hit are read to tell questions; cached per request.
+    let mut texts: HashMap<usize, String> = HashMap::new();
+    let mut text_of = |ci: usize| -> Result<String> {
+        if let Some(t) = texts.get(&ci) {
+            return Ok(t.clone());
+        }
+        let t = corpus.node(&plan.chunks[ci].full, now)?.text;
+        texts.insert(ci, t.clone());
+        Ok(t)
+    };
+    // The discussion around a hit: each turn takes a share of the hits near it, decaying
+    // with the distance in turns (exponential smoothing both ways, linear time).
+    let decay = (-1.0 / dev("TAU", SPREAD)).exp();
+    let n = hit.len();
+    let (mut fwd, mut bwd) = (vec![0.0; n], vec![0.0; n]);
+    for i in 0..n {
+        fwd[i] = hit[i] + if i > 0 { decay * fwd[i - 1] } else { 0.0 };
+    }
+    for i in (0..n).rev() {
+        bwd[i] = hit[i] + if i + 1 < n { decay * bwd[i + 1] } else { 0.0 };
+    }
+    let near: Vec<f64> = (0..n).map(|i| fwd[i] + bwd[i] - 2.0 * hit[i]).collect();
+    let mut turns: Vec<Turn> = Vec::new();
+    for ci in 0..plan.chunks.len() {
+        let prev = if ci > 0 { hit[ci - 1] } else { 0.0 };
+        let neighbour = dev("NB", NEIGHBOUR) * near[ci];
+        let mut reply = 0.0;
+        if prev > 0.0
+            && plan.chunks[ci - 1].source != plan.chunks[ci].source
+            && ends_with_question(&text_of(ci - 1)?)
+        {
+            reply = dev("REPLY", REPLY) * prev;
+        }
+        let score = hit[ci] + neighbour.max(reply);
+        if score <= 0.0 {
+            continue;
+        }
+        let direct = hit[ci] + reply;
+        let mut why = BTreeMap::new();
+        why.insert("retrieval".to_string(), round3(hit[ci]));
+        if neighbour > 0.0 {
+            why.insert("neighbour".to_string(), round3(neighbour));
+        }
+        if reply > 0.0 {
+            why.insert("reply_to_question".to_string(), round3(reply));
+        }
+        why.insert("score".to_string(), round3(score));
+        turns.push(Turn {
+            chunk: ci,
+            score,
+            direct,
+            why,
+        });
+    }
+    let considered = turns.len();
+    // Two passes: first the distinct pieces of evidence (hits, and replies to questions
+    // that hit), best first, within a share of the budget, so that a window holds many of
+    // them rather than the neighbourhood of one; then the discussion around them.
+    let floor = dev("FLOOR", EVIDENCE_FLOOR);
+    let mut first: Vec<usize> = (0..turns.len())
+        .filter(|&i| turns[i].direct >= floor)
+        .collect();
+    first.sort_by(|&a, &b| {
+        turns[b]
+            .direct
+            .total_cmp(&turns[a].direct)
+            .then(turns[a].chunk.cmp(&turns[b].chunk))
+    });
+    let mut second: Vec<usize> = (0..turns.len()).collect();
+    second.sort_by(|&a, &b| {
+        turns[b]
+            .score
+            .total_cmp(&turns[a].score)
+            .then(turns[a].chunk.cmp(&turns[b].chunk))
+    });
+
+    // The overview, to place the excerpts.
+    let mut used = 0usize;
+    let mut overview = None;
+    if budget >= OVERVIEW_MIN_BUDGET && dev("OV", 1.0) > 0.0 {
+        let abs = corpus.node(&plan.abstract_id, now)?;
+        let limit = (OVERVIEW_SHARE * budget as f64) as usize;
+        if let Some(item) = trim_overview(super::overview(plan, &abs), limit) {
+            used += token::count(&item.render()) + 2;
+            overview = Some(item);
+        }
+    }
+
+    // Excerpts, best first, while they fit.
+    struct Excerpt {
+        chunk: usize,
+        start: usize,
+        end: usize,
+        line: String,
+        why: BTreeMap<String, f64>,
+    }
+    let mut chosen: Vec<Excerpt> = Vec::new();
+    let mut taken = vec![false; turns.len()];
+    let first_limit = used + (dev("SHARE", EVIDENCE_SHARE) * (budget - used.min(budget)) as f64) as usize;
+    let passes = first
+        .iter()
+        .map(|&i| (i, 1, first_limit))
+        .chain(second.iter().map(|&i| (i, 2, budget)));
+    for (ti, pass, limit) in passes {
+        if used >= budget {
+            break;
+        }
+        if taken[ti] || used >= limit {
+            continue;
+        }
+        let t = &turns[ti];
+        let body = text_of(t.chunk)?;
+        let (start, end) = excerpt(corpus, &q, &body, budget - used);
+        if end <= start {
+            continue;
+        }
+        let raw = &body[start..end];
+        let start = start + (raw.len() - raw.trim_start().len());
+        let piece = raw.trim();
+        let line = match plan.chunk_label(t.chunk) {
+            Some(l) => format!("{l}: {piece}"),
+            None => piece.to_string(),
+        };
+        let c = token::count(&line) + 1;
+        if used + c > limit {
+            continue;
+        }
+        used += c;
+        taken[ti] = true;
+        let mut why = t.why.clone();
+        why.insert("pass".to_string(), pass as f64);
+        why.insert("rank".to_string(), chosen.len() as f64 + 1.0);
+        chosen.push(Excerpt {
+            chunk: t.chunk,
+            start,
+            end: start + piece.len(),
+            line,
+            why,
+        });
+    }
+    chosen.sort_by_key(|e| (e.chunk, e.start));
+
+    // Render; trim the weakest excerpts if the joins pushed the count over.
+    loop {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(o) = &overview {
+            parts.push(o.render());
+        }
+        if !chosen.is_empty() {
+            parts.push(
+                chosen
+                    .iter()
+                    .map(|e| e.line.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+        }
+        let text = parts.join("\n\n");
+        let tokens = token::count(&text);
+        if tokens > budget {
+            if let Some(worst) = chosen
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.why["rank"].total_cmp(&b.1.why["rank"]))
+                .map(|(i, _)| i)
+            {
+                chosen.remove(worst);
+                continue;
+            }
+            if overview.take().is_some() {
+                continue;
+            }
+        }
+        let mut nodes = Vec::new();
+        if let Some(o) = &overview {
+            let (id, level, tokens) = o.nodes[0];
+            nodes.push(ContextNode {
+                id: id.to_hex(),
+                level,
+                tokens,
+                part: "overview",
+                covers: super::covers(plan, o.groups),
+                partial: o.partial,
+                spans: Vec::new(),
+                why: BTreeMap::new(),
+            });
+        }
+        for e in &chosen {
+            let c = &plan.chunks[e.chunk];
+            let src = &plan.sources[c.source];
+            nodes.push(ContextNode {
+                id: c.full.to_hex(),
+                level: Level::Full,
+                tokens: c.tokens,
+                part: "evidence",
+                covers: super::covers(plan, (c.group, c.group)),
+                partial: e.start as u64 > 0 || (e.end as u64) < c.end - c.start,
+                spans: vec![Span {
+                    source: src.id.clone(),
+                    start: c.start + e.start as u64,
+                    end: c.start + e.end as u64,
+                }],
+                why: e.why.clone(),
+            });
+        }
+        let held = chosen.len();
+        return Ok(Some(ContextWindow {
+            scope: plan.scope.clone(),
+            level: "for".to_string(),
+            budget,
+            tokens,
+            text,
+            nodes,
+            omitted: considered.saturating_sub(held),
+            focus: Some(question.to_string()),
+        }));
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Whether a turn's last sentence asks a question.
+fn ends_with_question(text: &str) -> bool {
+    text::sentences(text)
+        .iter()
+        .rev()
+        .map(|s| text[s.start..s.end].trim())
+        .find(|s| !s.is_empty())
+        .is_some_and(salience::is_question)
+}
+
+/// The byte range of `body` to show for the question: the whole turn when it is short,
+/// else the run of sentences around the one that bears most on the question (its weight of
+/// question terms), grown while it stays within [`EXCERPT_TOKENS`] and `room`.
+fn excerpt(
+    corpus: &Corpus<'_>,
+    q: &crate::corpus::Question,
+    body: &str,
+    room: usize,
+) -> (usize, usize) {
+    let limit = (dev("EXC", EXCERPT_TOKENS as f64) as usize).min(room);
+    let whole = token::count(body.trim());
+    if whole <= limit {
+        return (0, body.trim_end().len());
+    }
+    let sents = text::sentences(body);
+    if sents.is_empty() {
+        return (0, 0);
+    }
+    let weights = q.weights();
+    let weight = |i: usize| -> f64 {
+        let s = &body[sents[i].start..sents[i].end];
+        let mut terms = corpus.analyze(s);
+        terms.dedup();
+        terms.iter().filter_map(|t| weights.get(t)).sum()
+    };
+    let scores: Vec<f64> = (0..sents.len()).map(weight).collect();
+    let best = (0..sents.len())
+        .max_by(|&a, &b| scores[a].total_cmp(&scores[b]).then(b.cmp(&a)))
+        .expect("some sentence");
+    let tokens = |a: usize, b: usize| token::count(body[sents[a].start..sents[b].end].trim());
+    let (mut a, mut b) = (best, best);
+    if tokens(a, b) > limit {
+        return (0, 0);
+    }
+    loop {
+        // Grow towards the side whose next sentence bears more on the question; the
+        // following sentence on ties (an answer tends to go on after its opening).
+        let next = (b + 1 < sents.len()).then(|| (scores[b + 1], b + 1));
+        let prev = (a > 0).then(|| (scores[a - 1], a - 1));
+        let grow = match (prev, next) {
+            (Some(p), Some(n)) => {
+                if p.0 > n.0 {
+                    Some((p.1, b))
+                } else {
+                    Some((a, n.1))
+                }
+            }
+            (Some(p), None) => Some((p.1, b)),
+            (None, Some(n)) => Some((a, n.1)),
+            (None, None) => None,
+        };
+        match grow {
+            Some((na, nb)) if tokens(na, nb) <= limit => (a, b) = (na, nb),
+            _ => break,
+        }
+    }
+    (sents[a].start, sents[b].end)
+}

@@ -1,0 +1,375 @@
+//! Salience: which sentences of a body of text matter, by general mechanisms only — no
+//! phrase lists, nothing fitted to one text.
+//!
+//! Each sentence of a set (a compression request's passages, an overview) gets named
+//! features, computed from the set itself:
+//! - `centrality` — LexRank (Erkan & Radev 2004, the continuous variant): the stationary
+//!   distribution of a random walk over the sentences weighted by idf-modified cosine
+//!   similarity, scaled so that the mean sentence scores 1. What many sentences say.
+//! - `thread` — the distinctive weight (terms weighted by their inverse passage
+//!   frequency) the sentence shares with other passages, scaled so that the mean
+//!   sentence's whole distinctive weight is 1: a topic that recurs across turns or
+//!   sections, rather than a one-off aside. 0 with one passage.
+//! - `specificity` — numbers, dates and names (`text::facts`), at most three counted.
+//! - `information` — the sum of the inverse sentence frequencies of its content words,
+//!   scaled so that the mean sentence has 1: what only it says. Greetings, thanks and
+//!   back-channel ("Hey John!", "Thanks!", "Um , yeah .") say little, and in a long
+//!   conversation their words are everywhere; such *thin* sentences (below half the mean)
+//!   also take no part in the centrality walk, where look-alikes would make them central.
+//! - `content` — distinct content words.
+//! - `question` — whether it asks rather than states: an echoed question is never what a
+//!   body of text established.
+//!
+//! [`Features::score`] combines them with the weights of [`WEIGHTS`], which are part of
+//! the offline compressor's identity (`model::offline::VERSION`): changing them changes
+//! every node id the compressor makes.
+
+use super::{facts, term_counts};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// One sentence to rank, and the passage (turn, section, input) it comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unit<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) passage: usize,
+}
+
+/// Why a sentence ranks where it does: the features [`Features::score`] combines.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub(crate) struct Features {
+    pub(crate) centrality: f64,
+    pub(crate) information: f64,
+    pub(crate) thread: f64,
+    pub(crate) specificity: f64,
+    pub(crate) content: usize,
+    pub(crate) question: bool,
+}
+
+/// The weights of the salience score. Versioned with the compressor (see the module doc).
+pub(crate) struct Weights {
+    /// Per unit of ln(1 + centrality).
+    pub(crate) centrality: f64,
+    /// Per unit of ln(1 + thread).
+    pub(crate) thread: f64,
+    /// Per unit of specificity (0–1).
+    pub(crate) specificity: f64,
+    /// Subtracted from a question.
+    pub(crate) question: f64,
+    /// Per unit of ln(1 + information).
+    pub(crate) information: f64,
+    /// Subtracted from a thin sentence, in proportion to how far it is below
+    /// [`THIN`] of the mean information.
+    pub(crate) thin: f64,
+}
+
+pub(crate) const WEIGHTS: Weights = Weights {
+    centrality: 1.0,
+    thread: 1.0,
+    specificity: 0.8,
+    question: 1.0,
+    information: 0.5,
+    thin: 2.0,
+};
+
+/// A sentence with less than this share of the mean information is thin.
+pub(crate) const THIN: f64 = 0.5;
+
+/// The version of [`WEIGHTS`] and of the features' definitions.
+#[cfg_attr(not(test), allow(dead_code))] // held to `model::offline::VERSION` by a test
+pub(crate) const VERSION: &str = "salience-v3";
+
+impl Features {
+    /// The salience score: higher matters more.
+    pub(crate) fn score(&self) -> f64 {
+        let w = &WEIGHTS;
+        let thin = (THIN - self.information).max(0.0) / THIN;
+        w.centrality * self.centrality.ln_1p()
+            + w.information * self.information.ln_1p()
+            + w.thread * self.thread.ln_1p()
+            + w.specificity * self.specificity
+            - if self.question { w.question } else { 0.0 }
+            - w.thin * thin
+    }
+}
+
+/// Whether a sentence asks: it ends with a question mark (closing quotes and brackets
+/// aside).
+pub(crate) fn is_question(sentence: &str) -> bool {
+    sentence
+        .trim_end()
+        .trim_end_matches(|c: char| matches!(c, '"' | '\'' | ')' | ']' | '\u{201d}' | '\u{2019}'))
+        .ends_with('?')
+}
+
+/// Above this many sentences, centrality is the cosine to the centroid (linear) instead
+/// of LexRank (quadratic in the worst case).
+const LEXRANK_MAX: usize = 2000;
+const DAMPING: f64 = 0.15;
+const ITERATIONS: usize = 40;
+
+/// The features of every unit, in order.
+pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
+    let n = units.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let bags: Vec<BTreeMap<String, u32>> = units.iter().map(|u| term_counts(u.text)).collect();
+    // Sentence and passage frequencies.
+    let mut df: HashMap<&str, u32> = HashMap::new();
+    let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (u, b) in units.iter().zip(&bags) {
+        for t in b.keys() {
+            *df.entry(t).or_insert(0) += 1;
+            let ps = pf.entry(t).or_default();
+            if ps.last() != Some(&u.passage) && !ps.contains(&u.passage) {
+                ps.push(u.passage);
+            }
+        }
+    }
+    let mut passages: Vec<usize> = units.iter().map(|u| u.passage).collect();
+    passages.sort_unstable();
+    passages.dedup();
+    let np = passages.len() as f64;
+    let idf = |t: &str| (n as f64 / df[t] as f64).ln() + 1.0;
+    let vectors: Vec<Vec<(&str, f64)>> = bags
+        .iter()
+        .map(|b| b.iter().map(|(t, &c)| (t.as_str(), c as f64 * idf(t))).collect())
+        .collect();
+    // Information: idf mass, ln(n / df) (a word in every sentence says nothing).
+    let info: Vec<f64> = bags
+        .iter()
+        .map(|b| b.keys().map(|t| (n as f64 / df[t.as_str()] as f64).ln()).sum())
+        .collect();
+    let info = scale_to_mean_one(info);
+    // Thin sentences take no part in the walk.
+    let walked: Vec<Vec<(&str, f64)>> = vectors
+        .iter()
+        .zip(&info)
+        .map(|(v, &i)| if i < THIN { Vec::new() } else { v.clone() })
+        .collect();
+    let centrality = if n > LEXRANK_MAX {
+        centroid(&walked)
+    } else {
+        lexrank(&walked)
+    };
+    // Thread: recurring distinctive weight over the mean sentence's distinctive weight.
+    let (mut shared, mut all) = (vec![0.0; n], vec![0.0; n]);
+    if np > 1.0 {
+        for (i, b) in bags.iter().enumerate() {
+            for t in b.keys() {
+                let ps = &pf[t.as_str()];
+                let w = (np / ps.len() as f64).ln();
+                all[i] += w;
+                if ps.len() >= 2 {
+                    shared[i] += w;
+                }
+            }
+        }
+    }
+    let mean_all = all.iter().sum::<f64>() / n as f64;
+    units
+        .iter()
+        .zip(&bags)
+        .zip(centrality)
+        .zip(info)
+        .zip(shared)
+        .map(|((((u, b), centrality), information), shared)| {
+            Features {
+                centrality,
+                information,
+                thread: if mean_all > 0.0 { shared / mean_all } else { 0.0 },
+                specificity: facts(u.text).count().min(3) as f64 / 3.0,
+                content: b.len(),
+                question: is_question(u.text),
+            }
+        })
+        .collect()
+}
+
+fn norm(v: &[(&str, f64)]) -> f64 {
+    v.iter().map(|(_, x)| x * x).sum::<f64>().sqrt()
+}
+
+/// Cosine to the centroid, scaled so that the mean is 1.
+fn centroid(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
+    let mut c: BTreeMap<&str, f64> = BTreeMap::new();
+    for v in vectors {
+        let nv = norm(v).max(1e-12);
+        for (t, x) in v {
+            *c.entry(t).or_insert(0.0) += x / nv;
+        }
+    }
+    let nc = c.values().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+    let cos: Vec<f64> = vectors
+        .iter()
+        .map(|v| {
+            let nv = norm(v);
+            if nv == 0.0 {
+                return 0.0;
+            }
+            v.iter().map(|(t, x)| x * c.get(t).copied().unwrap_or(0.0)).sum::<f64>() / (nv * nc)
+        })
+        .collect();
+    scale_to_mean_one(cos)
+}
+
+/// Continuous LexRank: power iteration over the row-normalised cosine matrix, with
+/// damping. Pairs are found through an inverted index, so sentences sharing no term cost
+/// nothing.
+fn lexrank(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
+    let n = vectors.len();
+    let norms: Vec<f64> = vectors.iter().map(|v| norm(v)).collect();
+    let mut postings: BTreeMap<&str, Vec<(usize, f64)>> = BTreeMap::new();
+    for (i, v) in vectors.iter().enumerate() {
+        if norms[i] == 0.0 {
+            continue;
+        }
+        for (t, x) in v {
+            postings.entry(t).or_default().push((i, x / norms[i]));
+        }
+    }
+    // Sparse rows of similarities (i ≠ j).
+    let mut rows: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
+    let mut acc: Vec<f64> = vec![0.0; n];
+    let mut touched: Vec<usize> = Vec::new();
+    for i in 0..n {
+        if norms[i] == 0.0 {
+            continue;
+        }
+        for (t, x) in &vectors[i] {
+            let xi = x / norms[i];
+            for &(j, xj) in &postings[t] {
+                if j == i {
+                    continue;
+                }
+                if acc[j] == 0.0 {
+                    touched.push(j);
+                }
+                acc[j] += xi * xj;
+            }
+        }
+        touched.sort_unstable();
+        for &j in &touched {
+            rows[i].push((j, acc[j]));
+            acc[j] = 0.0;
+        }
+        touched.clear();
+    }
+    let sums: Vec<f64> = rows.iter().map(|r| r.iter().map(|(_, w)| w).sum()).collect();
+    let mut p = vec![1.0 / n as f64; n];
+    for _ in 0..ITERATIONS {
+        let dangling: f64 = (0..n).filter(|&i| sums[i] == 0.0).map(|i| p[i]).sum();
+        let mut next = vec![DAMPING / n as f64 + (1.0 - DAMPING) * dangling / n as f64; n];
+        for i in 0..n {
+            if sums[i] == 0.0 {
+                continue;
+            }
+            let share = (1.0 - DAMPING) * p[i] / sums[i];
+            for &(j, w) in &rows[i] {
+                next[j] += share * w;
+            }
+        }
+        let delta: f64 = next.iter().zip(&p).map(|(a, b)| (a - b).abs()).sum();
+        p = next;
+        if delta < 1e-9 {
+            break;
+        }
+    }
+    scale_to_mean_one(p)
+}
+
+fn scale_to_mean_one(v: Vec<f64>) -> Vec<f64> {
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    if mean <= 0.0 {
+        return vec![0.0; v.len()];
+    }
+    v.into_iter().map(|x| x / mean).collect()
+}
+
+/// Cosine similarity of two texts' content-word counts (for redundancy checks).
+pub(crate) fn similarity(a: &BTreeMap<String, u32>, b: &BTreeMap<String, u32>) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .filter_map(|(t, &x)| b.get(t).map(|&y| x as f64 * y as f64))
+        .sum();
+    if dot == 0.0 {
+        return 0.0;
+    }
+    let na = a.values().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb = b.values().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units<'a>(v: &[(&'a str, usize)]) -> Vec<Unit<'a>> {
+        v.iter()
+            .map(|&(text, passage)| Unit { text, passage })
+            .collect()
+    }
+
+    #[test]
+    fn greetings_thanks_and_questions_rank_below_statements() {
+        let u = units(&[
+            ("Hey John!", 0),
+            ("The harbour levy was capped at 48,200 euros after the audit.", 0),
+            ("Thanks!", 1),
+            ("What motivated you to pursue counseling?", 1),
+            ("The audit of the harbour levy found 3 errors in the accounts.", 2),
+            ("Good morning everyone.", 2),
+        ]);
+        let f = features(&u);
+        let s: Vec<f64> = f.iter().map(Features::score).collect();
+        for weak in [0, 2, 3, 5] {
+            for strong in [1, 4] {
+                assert!(s[strong] > s[weak], "{:?} vs {:?}", f[strong], f[weak]);
+            }
+        }
+        assert!(f[3].question && !f[1].question);
+        // "harbour levy" recurs in another passage: a thread.
+        assert!(f[1].thread > 0.0 && f[4].thread > 0.0);
+    }
+
+    #[test]
+    fn lexrank_favours_what_many_sentences_share() {
+        let u = units(&[
+            ("The tram extension costs too much.", 0),
+            ("The tram extension serves the outer districts.", 1),
+            ("Funding for the tram extension comes from the levy.", 2),
+            ("My cat likes sardines.", 3),
+        ]);
+        let f = features(&u);
+        assert!(f[0].centrality > f[3].centrality, "{f:?}");
+        let mean = f.iter().map(|x| x.centrality).sum::<f64>() / 4.0;
+        assert!((mean - 1.0).abs() < 1e-9);
+        // Linear fallback agrees on the order.
+        let b: Vec<_> = u.iter().map(|u| term_counts(u.text)).collect();
+        let n = b.len() as f64;
+        let mut df: HashMap<&str, f64> = HashMap::new();
+        for x in &b {
+            for t in x.keys() {
+                *df.entry(t).or_insert(0.0) += 1.0;
+            }
+        }
+        let v: Vec<Vec<(&str, f64)>> = b
+            .iter()
+            .map(|x| {
+                x.iter()
+                    .map(|(t, &c)| (t.as_str(), c as f64 * ((n / df[t.as_str()]).ln() + 1.0)))
+                    .collect()
+            })
+            .collect();
+        let c = centroid(&v);
+        assert!(c[0] > c[3]);
+    }
+
+    #[test]
+    fn deterministic() {
+        let u = units(&[("A b c d e.", 0), ("C d e f g.", 1), ("X y z.", 1)]);
+        assert_eq!(features(&u), features(&u));
+        assert!(features(&[]).is_empty());
+    }
+}
