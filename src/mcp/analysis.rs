@@ -1,22 +1,26 @@
 //! `execute_analysis`: a sandboxed script over the session's segments and sub-query
 //! results. This module checks the arguments, gathers the inputs the script sees (the
 //! constants `segments` and `sub_queries`) and runs it in [`crate::script`] (Rhai with
-//! operation, depth, size, call and wall-time limits; no files, network, processes or
-//! modules). Its primitives are answered here: `grep` and `search` over the segments'
-//! scopes, `peek` and `children` of live nodes, `llm_query` / `llm_batch` through the
-//! engine's sub-model (concurrent, under the shared limiter); `final(answer, ids)` ends it.
+//! operation, depth, size, memory, call and wall-time limits; no files, network,
+//! processes or modules). A segment is bound as a table the script reads an item at a
+//! time (`segments[id].len()`, `segments[id][i]`, `for item in segments[id]`), so a
+//! whole-corpus segment costs nothing until read. Its primitives are answered here:
+//! `grep` and `search` over the segments' scopes, `peek` and `children` of live nodes,
+//! `llm_query` / `llm_batch` through the engine's sub-model (concurrent, under the shared
+//! limiter); `final(answer, ids)` ends it.
 
 use super::read;
-use super::session::Session;
+use super::session::{Segment, Session, SubQueryRecord};
 use super::{ToolError, blocking, provenance_time};
 use crate::engine::Engine;
 use crate::level::Level;
 use crate::model::prompts;
 use crate::node::NodeId;
-use crate::script::{self, BoxFuture, Call, Host, Limits, ScriptError};
+use crate::script::{self, Bindings, BoxFuture, Call, Host, Limits, ScriptError, Table};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
 /// Most operations and wall time a script may use, and their defaults.
 const MAX_OPERATIONS: u64 = 10_000_000;
@@ -27,8 +31,9 @@ const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExecuteAnalysis {
-    /// A Rhai script. It sees `segments` (id → items) and `sub_queries` (id → result) and
-    /// returns its answer as its last expression.
+    /// A Rhai script. It sees `segments` (id → a table of items: `len()`, `[i]`, `for`,
+    /// `map`, `filter`) and `sub_queries` (id → result) and returns its answer as its last
+    /// expression.
     pub(crate) script: String,
     /// Segment ids (from load_corpus) the script may read.
     #[serde(default)]
@@ -43,10 +48,9 @@ pub(crate) struct ExecuteAnalysis {
 }
 
 /// What a script runs over, and under which limits.
-#[derive(Debug)]
 pub(crate) struct Inputs {
-    /// `{"segments": {id: [item...]}, "sub_queries": {id: result}}`.
-    pub(crate) data: Value,
+    pub(crate) segments: Vec<Arc<Segment>>,
+    pub(crate) sub_queries: Vec<Arc<SubQueryRecord>>,
     pub(crate) max_operations: u64,
     pub(crate) timeout_ms: u64,
     /// The scopes of the segments given (where `grep` and `search` look; none = every
@@ -71,22 +75,27 @@ pub(crate) fn inputs(session: &Session, a: &ExecuteAnalysis) -> Result<Inputs, T
             "timeout_ms must be 1 to {MAX_TIMEOUT_MS}"
         )));
     }
-    let mut segments = Map::new();
+    let mut segments: Vec<Arc<Segment>> = Vec::new();
     let mut scopes: Vec<String> = Vec::new();
     for id in &a.segments {
         let seg = session.segment(id)?;
-        segments.insert(seg.id.clone(), json!(seg.items));
         if !scopes.contains(&seg.scope) {
             scopes.push(seg.scope.clone());
         }
+        if !segments.iter().any(|s| s.id == seg.id) {
+            segments.push(seg);
+        }
     }
-    let mut sub_queries = Map::new();
+    let mut sub_queries: Vec<Arc<SubQueryRecord>> = Vec::new();
     for id in &a.sub_queries {
         let rec = session.sub_query(id)?;
-        sub_queries.insert(rec.id.clone(), rec.result.clone());
+        if !sub_queries.iter().any(|r| r.id == rec.id) {
+            sub_queries.push(rec);
+        }
     }
     Ok(Inputs {
-        data: json!({ "segments": segments, "sub_queries": sub_queries }),
+        segments,
+        sub_queries,
         max_operations,
         timeout_ms,
         scopes,
@@ -108,9 +117,25 @@ pub(crate) async fn execute_analysis(
         wall_time: std::time::Duration::from_millis(inputs.timeout_ms),
         ..Limits::default()
     };
-    let Value::Object(bindings) = inputs.data.clone() else {
-        unreachable!("inputs are an object")
-    };
+    let mut bindings = Bindings::new();
+    bindings.insert_tables(
+        "segments",
+        inputs
+            .segments
+            .iter()
+            .map(|s| (s.id.clone(), Arc::new(Items(s.clone())) as Arc<dyn Table>))
+            .collect(),
+    );
+    bindings.insert(
+        "sub_queries",
+        Value::Object(
+            inputs
+                .sub_queries
+                .iter()
+                .map(|r| (r.id.clone(), r.result.clone()))
+                .collect::<Map<String, Value>>(),
+        ),
+    );
     let mut host = Primitives {
         engine,
         scopes: inputs.scopes.clone(),
@@ -123,7 +148,6 @@ pub(crate) async fn execute_analysis(
             ScriptError::Invalid(_) => ToolError::Invalid(e.to_string()),
             e => ToolError::Failed(e.to_string()),
         })?;
-    let n = |k: &str| inputs.data[k].as_object().map_or(0, Map::len);
     Ok(json!({
         "value": out.value,
         "final": out.final_answer.map(|f| json!({"answer": f.answer, "ids": f.ids})),
@@ -131,14 +155,29 @@ pub(crate) async fn execute_analysis(
         "primitive_calls": out.calls,
         "sub_calls": host.sub_calls,
         "elapsed_ms": out.elapsed_ms,
+        "memory_peak_bytes": out.memory_peak,
         "provenance": {
-            "segments": n("segments"),
-            "sub_queries": n("sub_queries"),
+            "segments": inputs.segments.len(),
+            "sub_queries": inputs.sub_queries.len(),
             "scopes": inputs.scopes,
             "limits": {"max_operations": inputs.max_operations, "timeout_ms": inputs.timeout_ms},
             "timestamp": provenance_time(now),
         },
     }))
+}
+
+/// A segment as a script reads it: an item at a time, as `load_corpus` pages show them.
+struct Items(Arc<Segment>);
+
+impl Table for Items {
+    fn len(&self) -> usize {
+        self.0.items.len()
+    }
+    fn item(&self, i: usize) -> Value {
+        let mut v = serde_json::to_value(&self.0.items[i]).expect("an item serializes");
+        v["index"] = json!(i);
+        v
+    }
 }
 
 /// A script's primitives, answered from the engine.

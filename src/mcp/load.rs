@@ -52,7 +52,8 @@ pub(crate) struct LoadCorpus {
     pub(crate) search: Option<String>,
     /// The page, from 1.
     pub(crate) page: Option<usize>,
-    /// Items per page (default 20, at most 100).
+    /// Items per page (default 20, at most 100). Paging a segment, the default is the
+    /// page size it was made with.
     pub(crate) page_size: Option<usize>,
 }
 
@@ -200,11 +201,10 @@ pub(crate) async fn load_corpus(
     now: u64,
 ) -> Result<Value, ToolError> {
     let page = a.page.unwrap_or(1);
-    let page_size = a.page_size.unwrap_or(PAGE_SIZE);
     if page == 0 {
         return Err(ToolError::Invalid("page starts at 1".into()));
     }
-    if page_size == 0 || page_size > MAX_PAGE_SIZE {
+    if a.page_size.is_some_and(|n| n == 0 || n > MAX_PAGE_SIZE) {
         return Err(ToolError::Invalid(format!(
             "page_size must be 1 to {MAX_PAGE_SIZE}"
         )));
@@ -246,6 +246,7 @@ pub(crate) async fn load_corpus(
                 scope: scope.clone(),
                 filters: applied,
                 created_at: now,
+                page_size: a.page_size.unwrap_or(PAGE_SIZE),
                 items,
             })
         }
@@ -256,6 +257,7 @@ pub(crate) async fn load_corpus(
             ));
         }
     };
+    let page_size = a.page_size.unwrap_or(segment.page_size);
     let total = segment.items.len();
     let start = (page - 1).saturating_mul(page_size).min(total);
     let end = (start + page_size).min(total);

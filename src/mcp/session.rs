@@ -44,6 +44,9 @@ pub(crate) struct Segment {
     /// The filters as applied (echoed in every page's provenance).
     pub(crate) filters: Value,
     pub(crate) created_at: u64,
+    /// Items per page, as the call that made it asked: later pages without a
+    /// `page_size` use it (so page 2 follows page 1).
+    pub(crate) page_size: usize,
     pub(crate) items: Vec<Item>,
 }
 
@@ -149,6 +152,7 @@ mod tests {
             scope: "s".into(),
             filters: Value::Null,
             created_at: 0,
+            page_size: 20,
             items: Vec::new(),
         }
     }

@@ -310,6 +310,21 @@ fn an_agent_uses_every_tool_over_stdio() {
         );
         assert!(!it["spans"].as_array().unwrap().is_empty());
     }
+    // Paging a segment keeps the page size it was made with: page 2 of ten a page is
+    // items 10 to 19 (it was 20 to 39).
+    let tens = mcp.ok("load_corpus", json!({"scope": "debate", "page_size": 10}));
+    let page2 = mcp.ok(
+        "load_corpus",
+        json!({"segment": tens["segment"], "page": 2}),
+    );
+    assert_eq!(page2["page_size"], 10, "{page2}");
+    let indexes: Vec<u64> = page2["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|it| it["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, (10..20).collect::<Vec<u64>>());
     // A date range that ends before anything was stored selects nothing.
     let none = mcp.ok(
         "load_corpus",
@@ -337,9 +352,9 @@ fn an_agent_uses_every_tool_over_stdio() {
         "{e}"
     );
 
-    // execute_analysis: a script over the segment (its items are alice's turns), with
-    // the engine's primitives; then scripts that break the sandbox's limits or reach for
-    // what it does not offer, each a one-line tool error.
+    // execute_analysis: a script over the segment (a table of alice's turns, read an item at
+    // a time), with the engine's primitives; then scripts that break the sandbox's limits or
+    // reach for what it does not offer, each a one-line tool error.
     let r = mcp.ok(
         "execute_analysis",
         json!({"script": r#"

@@ -74,7 +74,8 @@ pub(crate) async fn run(
     nav.conclude()
 }
 
-/// The sandbox limits of one program: a navigator iteration's.
+/// The sandbox limits of one program: a navigator iteration's. (Memory: the default
+/// 64 MiB; the process runs at most `script::MAX_SCRIPTS` programs and scripts at once.)
 fn limits() -> Limits {
     Limits {
         // `working` holds up to 200 texts of 1,200 characters.
@@ -227,10 +228,11 @@ impl Nav<'_, '_> {
         self.ex.step(
             "program",
             format!(
-                "{} operation(s), {} primitive call(s), {} ms: {} selected, {} extracted, confidence {:.2}, stop {}",
+                "{} operation(s), {} primitive call(s), {} ms, {} KiB at most: {} selected, {} extracted, confidence {:.2}, stop {}",
                 outcome.operations,
                 outcome.calls,
                 outcome.elapsed_ms,
+                outcome.memory_peak.div_ceil(1024),
                 returned.selected.len(),
                 returned.extracted.len(),
                 returned.confidence,
@@ -276,8 +278,8 @@ impl Nav<'_, '_> {
             }));
         }
         let mut b = Bindings::new();
-        b.insert("question".into(), json!(self.question));
-        b.insert("working".into(), Value::Array(working));
+        b.insert("question", json!(self.question));
+        b.insert("working", Value::Array(working));
         Ok(b)
     }
 
