@@ -162,11 +162,11 @@ pub(super) fn measure(
         decoy_rate_last_b: share(&last, decoys).1,
         by_kind,
         overview_tokens: w
-            .nodes
-            .iter()
-            .filter(|n| n.level == crate::level::Level::Abstract)
-            .map(|n| n.tokens as usize)
-            .sum(),
+            .text
+            .split("\n\n## ")
+            .next()
+            .filter(|b| b.starts_with("## Overview"))
+            .map_or(0, crate::token::count),
     }
 }
 

@@ -14,11 +14,11 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 991 of 1000 tokens, 11 node(s), 37 omitted
-            nodes: abstract × 1, summary × 6, full × 4
-            ## Overview (abstract)
-            ## Round 38-43 (summary)
-            ## Round 44 (full)
+            auto level, 956 of 1000 tokens, 24 node(s), 38 omitted
+            nodes: full × 15, summary × 5, detailed × 4
+            ## Overview (salient sentences)
+            ## Round 39-43 (summary)
+            ## Round 44 (detailed)
         "#]],
     );
 }
@@ -30,12 +30,11 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3936 of 4000 tokens, 69 node(s), 0 omitted
-            nodes: abstract × 1, summary × 36, detailed × 8, full × 24
-            ## Overview (abstract)
-            ## Round 1-36 (summary)
-            ## Round 37-38 (detailed)
-            ## Round 39-44 (full)
+            auto level, 3938 of 4000 tokens, 92 node(s), 15 omitted
+            nodes: full × 60, summary × 28, full × 4
+            ## Overview (salient sentences)
+            ## Round 16-43 (summary)
+            ## Round 44 (full)
         "#]],
     );
 }
@@ -47,9 +46,9 @@ fn a_fixed_level_keeps_the_most_recent_rounds_of_a_debate() {
         LevelChoice::Fixed(Level::Summary),
         600,
         expect![[r#"
-            summary level, 569 of 600 tokens, 14 node(s), 30 omitted
-            nodes: summary × 14
-            ## Round 31-44 (summary)
+            summary level, 539 of 600 tokens, 13 node(s), 31 omitted
+            nodes: summary × 13
+            ## Round 32-44 (summary)
         "#]],
     );
 }
@@ -61,7 +60,7 @@ fn a_fixed_level_keeps_the_first_sections_of_documents() {
         LevelChoice::Fixed(Level::Detailed),
         4000,
         expect![[r#"
-            detailed level, 3893 of 4000 tokens, 26 node(s), 10 omitted
+            detailed level, 3878 of 4000 tokens, 26 node(s), 10 omitted
             nodes: detailed × 26
             ## data/docs/1862-lincoln.txt (detailed)
             ## data/docs/1862-lincoln.txt (detailed)

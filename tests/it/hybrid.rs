@@ -533,8 +533,10 @@ impl ChatModel for Root {
                 let ferry = ws
                     .iter()
                     .find(|w| w.1 == "full" && w.2.contains("harbour authority"));
-                if last.contains(ANSWER) {
-                    let h = &ferry.expect("the peeked chunk is in the working set").0;
+                // The answer read in the peeked FULL chunk (a summary above may quote it
+                // too: the model still goes down to the chunk).
+                if let (true, Some(f)) = (last.contains(ANSWER), ferry) {
+                    let h = &f.0;
                     action(
                         json!({"action": "finish", "quotes": [{"id": h, "quote": ANSWER}],
                         "confidence": 0.9, "ready": true}),

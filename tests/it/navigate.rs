@@ -11,16 +11,16 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
         &["debate"],
         "What did chen propose about fares?",
         expect![[r#"
-            peek: 1 abstract node(s), 489 tokens
+            peek: 1 abstract node(s), 474 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "What did chen propose about fares" at summary/detailed/full: 201 hit(s)
+            grep: "What did chen propose about fares" at summary/detailed/full: 195 hit(s)
             descend: 4 node(s) → 16 child node(s)
-            grep: "What did chen propose about fares" at detailed/full within the working set: 24 hit(s)
-            peek: 6 full node(s), 391 tokens
+            grep: "What did chen propose about fares" at detailed/full within the working set: 20 hit(s)
+            peek: 6 full node(s), 393 tokens
             finish: 2 citation(s), confidence 1.00, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
-            | read 6 chunk(s), 17 candidate sentence(s); cited 2
+            | read 6 chunk(s), 16 candidate sentence(s); cited 2
             = confidence 1.00, ready true, 2 citation(s)
             [189..314) data/debate.jsonl#43 (round 11, chen): "Any plan that raises fares to cover operating costs will hit my ward hardest, and I want that said before anyone proposes it."
             [21..199) data/debate.jsonl#47 (round 12, chen): "I propose a daily fare cap of $6.50 and a monthly cap of $72, so that once a rider has paid for two trips in a day, or the price of a pass in a month, every further ride is free."
@@ -34,21 +34,21 @@ fn a_document_question_is_answered_from_the_address_it_names() {
         &["sotu"],
         "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries?",
         expect![[r#"
-            peek: 1 abstract node(s), 1490 tokens
+            peek: 1 abstract node(s), 1454 tokens
             descend: 1 node(s) → 13 child node(s)
-            grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at summary/detailed/full: 142 hit(s)
+            grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at summary/detailed/full: 138 hit(s)
             descend: 4 node(s) → 26 child node(s)
-            grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at detailed/full within the working set: 48 hit(s)
-            peek: 6 full node(s), 2053 tokens
+            grep: "What organization did Kennedy propose in 1961 to mobilize volunteers to help other countries" at detailed/full within the working set: 49 hit(s)
+            peek: 6 full node(s), 2042 tokens
             descend: 1 node(s) → 13 child node(s)
-            grep: "Secretary volunteers countries" at summary/detailed/full: 70 hit(s)
+            grep: "Secretary volunteers countries" at summary/detailed/full: 68 hit(s)
             descend: 4 node(s) → 32 child node(s)
-            grep: "Secretary volunteers countries" at detailed/full within the working set: 31 hit(s)
-            peek: 6 full node(s), 2108 tokens
+            grep: "Secretary volunteers countries" at detailed/full within the working set: 30 hit(s)
+            peek: 6 full node(s), 2183 tokens
             finish: 3 citation(s), confidence 0.75, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 13 → 4
             | iteration 2: grep within the groups picked chunks: working set 26 → 6
-            | read 6 chunk(s), 23 candidate sentence(s); cited 3
+            | read 6 chunk(s), 22 candidate sentence(s); cited 3
             | second hop through "Secretary": "Secretary volunteers countries"
             | iteration 3: grep over summary/detailed/full picked groups: working set 13 → 4
             | iteration 4: grep within the groups picked chunks: working set 32 → 6
@@ -56,7 +56,7 @@ fn a_document_question_is_answered_from_the_address_it_names() {
             = confidence 0.75, ready true, 3 citation(s)
             [17489..17994) data/docs/1961-kennedy.txt: "I have, therefore, instructed the Secretary of Defense to reappraise our entire defense strategy--our ability to fulfill our commitments-the effectiveness, vulnerability, and dispersal of our strategic bases, forces and warning systems--the efficiency and economy of our operation and organization-the elimination of obsolete bases and installations-and the adequacy, modernization and mobility of our present conventional and nuclear forces and weapons systems in the light of present and future dangers."
             [24019..24229) data/docs/1961-kennedy.txt: "We can mobilize this talent through the formation of a National Peace Corps, enlisting the services of all those with the desire and capacity to help foreign lands meet their urgent needs for trained personnel."
-            [3248..4906) data/docs/1862-lincoln.txt: "A civil war occurring in a country, where foreigners reside and carry on trade under treaty stipulations is necessarily fruitful of complaints of the violation of neutral rights. All such collisions tend to excite misapprehensions, and possibly to produce mutual reclamations between nations which have a common interest in preserving peace and friendship. In clear cases of these kinds I have so far as possible heard and redressed complaints which have been presented by friendly powers. There is still, however, a large and an augmenting number of doubtful cases upon which the Government is unable to agree with the governments whose protection is demanded by the claimants. There are, moreover, many cases in which the United States or their citizens suffer wrongs from the naval or military authorities of foreign nations which the governments of those states are not at once prepared to redress. I have proposed to some of the foreign states thus interested mutual conventions to examine and adjust such complaints. This proposition has been made especially to Great Britain, to France, to Spain, and to Prussia. In each case it has been kindly received, but has not yet been formally adopted.\n\nI deem it my duty to recommend an appropriation in behalf of the owners of the Norwegian bark Admiral P. Tordenskiold, which vessel was in May, 1861, prevented by the commander of the blockading force off Charleston from leaving that port with cargo, notwithstanding a similar privilege had shortly before been granted to an English vessel. I have directed the Secretary of State to cause the papers in the case to be communicated to the proper committees."
+            [19336..20697) data/docs/1961-kennedy.txt: "Until the Secretary of Defense's reappraisal is completed, the emphasis here will be largely on improved organization and decision making--on cutting down the wasteful duplications and the time-lag that have handicapped our whole family of missiles. If we are to keep the peace, we need an invulnerable missile force powerful enough to deter any aggressor from even threatening an attack that he would know could not destroy enough of our force to prevent his own destruction. For as I said upon taking the oath of office: \"Only when our arms are sufficient beyond doubt can we be certain beyond doubt that they will never be employed.\"\n\nSecondly, we must improve our economic tools. Our role is essential and unavoidable in the construction of a sound and expanding economy for the entire non-communist world, helping other nations build the strength to meet their own problems, to satisfy their own aspirations--to surmount their own dangers. The problems in achieving this goal are towering and unprecedented-the response must be towering and unprecedented as well, much as Lend-Lease and the Marshall Plan were in earlier years, which brought such fruitful results.\n\n(a) I intend to ask the Congress for authority to establish a new and more effective program for assisting the economic, educational and social development of other countries and continents."
         "#]],
     );
 }
@@ -67,12 +67,12 @@ fn who_first_cites_only_the_earliest_round() {
         &["debate"],
         "Who first disagreed with the tunnel option?",
         expect![[r#"
-            peek: 1 abstract node(s), 489 tokens
+            peek: 1 abstract node(s), 474 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "Who first disagreed with the tunnel option" at summary/detailed/full: 65 hit(s)
+            grep: "Who first disagreed with the tunnel option" at summary/detailed/full: 63 hit(s)
             descend: 8 node(s) → 32 child node(s)
-            grep: "Who first disagreed with the tunnel option" at detailed/full within the working set: 20 hit(s)
-            peek: 12 full node(s), 846 tokens
+            grep: "Who first disagreed with the tunnel option" at detailed/full within the working set: 21 hit(s)
+            peek: 12 full node(s), 842 tokens
             finish: 1 citation(s), confidence 0.36, ready false
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 8
             | iteration 2: grep within the groups picked chunks: working set 32 → 12
@@ -89,11 +89,11 @@ fn a_second_hop_follows_the_name_the_first_answer_gives() {
         &["debate"],
         "Which firm reviewed the surface estimate that changed bob's position?",
         expect![[r#"
-            peek: 1 abstract node(s), 489 tokens
+            peek: 1 abstract node(s), 474 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "Which firm reviewed the surface estimate that changed bob's position" at summary/detailed/full: 234 hit(s)
+            grep: "Which firm reviewed the surface estimate that changed bob's position" at summary/detailed/full: 230 hit(s)
             descend: 4 node(s) → 16 child node(s)
-            grep: "Which firm reviewed the surface estimate that changed bob's position" at detailed/full within the working set: 26 hit(s)
+            grep: "Which firm reviewed the surface estimate that changed bob's position" at detailed/full within the working set: 25 hit(s)
             peek: 6 full node(s), 489 tokens
             descend: 1 node(s) → 44 child node(s)
             grep: "Kessling firm reviewed position" at summary/detailed/full: 48 hit(s)
@@ -122,27 +122,27 @@ fn the_demo_answers() {
         &["debate"],
         "What cost estimate did the 2029 audit give?",
         expect![[r#"
-            peek: 1 abstract node(s), 489 tokens
+            peek: 1 abstract node(s), 474 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "What cost estimate did the 2029 audit give" at summary/detailed/full: 109 hit(s)
+            grep: "What cost estimate did the 2029 audit give" at summary/detailed/full: 114 hit(s)
             descend: 4 node(s) → 16 child node(s)
             grep: "What cost estimate did the 2029 audit give" at detailed/full within the working set: 16 hit(s)
             peek: 6 full node(s), 419 tokens
             descend: 1 node(s) → 44 child node(s)
-            grep: "Harbour Line give" at summary/detailed/full: 73 hit(s)
+            grep: "Harbour Line give" at summary/detailed/full: 76 hit(s)
             descend: 4 node(s) → 16 child node(s)
-            grep: "Harbour Line give" at detailed/full within the working set: 14 hit(s)
-            peek: 6 full node(s), 441 tokens
-            finish: 1 citation(s), confidence 0.84, ready true
+            grep: "Harbour Line give" at detailed/full within the working set: 17 hit(s)
+            peek: 6 full node(s), 450 tokens
+            finish: 1 citation(s), confidence 0.83, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
             | read 6 chunk(s), 13 candidate sentence(s); cited 1
             | second hop through "Harbour Line": "Harbour Line give"
             | iteration 3: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 4: grep within the groups picked chunks: working set 16 → 6
-            | read 6 chunk(s), 10 candidate sentence(s); cited 3
+            | read 6 chunk(s), 11 candidate sentence(s); cited 3
             | second hop found nothing that links the bridge to the question
-            = confidence 0.84, ready true, 1 citation(s)
+            = confidence 0.83, ready true, 1 citation(s)
             [234..332) data/debate.jsonl#26 (round 7, bob): "Applying that record, the 2029 audit estimated the true cost of the Harbour Line at $1.57 billion."
         "#]],
     );
@@ -151,11 +151,11 @@ fn the_demo_answers() {
         "What is the first of the four freedoms?",
         expect![[r#"
             grep: "What is the first of the four freedoms" at abstract/metadata: 8 hit(s)
-            peek: 2 abstract node(s), 1979 tokens
+            peek: 2 abstract node(s), 1928 tokens
             descend: 2 node(s) → 57 child node(s)
-            grep: "What is the first of the four freedoms" at summary/detailed/full: 131 hit(s)
+            grep: "What is the first of the four freedoms" at summary/detailed/full: 130 hit(s)
             descend: 8 node(s) → 43 child node(s)
-            grep: "What is the first of the four freedoms" at detailed/full within the working set: 46 hit(s)
+            grep: "What is the first of the four freedoms" at detailed/full within the working set: 44 hit(s)
             peek: 12 full node(s), 2595 tokens
             finish: 1 citation(s), confidence 1.00, ready true
             | iteration 1: ranked scopes by abstract and metadata: working set 2 → 2

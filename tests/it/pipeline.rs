@@ -63,8 +63,10 @@ fn sample_data_end_to_end() {
     let w = rt
         .block_on(e.context("debate", LevelChoice::Auto, 3000, T0, &NoProgress))
         .unwrap();
-    // auto: the abstract of the whole, summaries of older rounds, the latest round in full.
-    assert_eq!(w.nodes[0].level, Level::Abstract);
+    // auto: an overview of the whole (its most salient sentences), summaries of older
+    // rounds, the latest round in full.
+    assert_eq!(w.nodes[0].part, "overview");
+    assert!(w.text.starts_with("## Overview"), "{}", w.text);
     assert!(w.nodes.iter().any(|n| n.level == Level::Summary));
     assert_eq!(w.nodes.last().unwrap().level, Level::Full);
     assert!(w.text.contains("## Round 44 (full)"), "{}", w.text);
