@@ -167,3 +167,63 @@ fn the_demo_answers() {
         "#]],
     );
 }
+
+/// A chat between two people: a question whose premise is false (it names the one who did
+/// not do it) ends not ready; the same question about the one who did is answered; a
+/// question asked in the chat is never quoted back as the answer.
+#[test]
+fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
+    use crate::support::{T0, rt, write};
+    use strata::{Config, Engine, NoProgress};
+    let e = Engine::in_memory(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let turns = [
+        ("Melanie", "Hey Caroline! How was your weekend?"),
+        (
+            "Caroline",
+            "Great! I ran the charity race for the animal shelter on Saturday.",
+        ),
+        (
+            "Melanie",
+            "That is amazing. What motivated you to pursue counseling, by the way?",
+        ),
+        (
+            "Caroline",
+            "After the race I realised how much the volunteers there needed support, so I signed up for a counseling course at the community college.",
+        ),
+        (
+            "Melanie",
+            "I spent Saturday painting the kitchen a pale green colour.",
+        ),
+        ("Caroline", "Nice, green kitchens are calming."),
+    ];
+    let mut lines = String::new();
+    for (i, (sp, text)) in turns.iter().enumerate() {
+        lines.push_str(&format!(
+            "{{\"round\": {}, \"speaker\": \"{sp}\", \"text\": {}}}\n",
+            i / 2 + 1,
+            serde_json::to_string(text).unwrap()
+        ));
+    }
+    let path = write(dir.path(), "chat.jsonl", lines);
+    e.ingest_files("chat", None, &[path], T0).unwrap();
+    let ask = |q: &str| {
+        rt().block_on(e.query(&["chat".to_string()], q, T0, &NoProgress))
+            .unwrap()
+    };
+    let r = ask("What did Caroline realise after the charity race?");
+    assert!(r.ready, "{:?}", r.refinement_history);
+    assert!(
+        r.citations.iter().any(|c| c.quote.contains("volunteers")),
+        "{:?}",
+        r.citations
+    );
+    let r = ask("What did Melanie realise after the charity race?");
+    assert!(!r.ready, "a false premise answered: {:?}", r.citations);
+    let r = ask("What motivated Caroline to pursue counseling?");
+    assert!(
+        r.citations.iter().all(|c| !c.quote.ends_with('?')),
+        "a question quoted back: {:?}",
+        r.citations
+    );
+}
