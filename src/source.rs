@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::store::ScopeKind;
 use crate::time::Time;
 use serde::{Deserialize, Deserializer, Serialize};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// One debate turn as a debate runner sends it: a JSON object with exactly these fields
@@ -103,12 +104,14 @@ pub fn guess_kind(path: &Path) -> ScopeKind {
     }
 }
 
-/// Reads and validates one input file.
-pub fn read_file(path: &Path, kind: ScopeKind) -> Result<InputFile> {
+/// Reads and validates one input file of at most `max_bytes` bytes (a bigger one is
+/// refused before it is read: see [`check_size`]).
+pub fn read_file(path: &Path, kind: ScopeKind, max_bytes: u64) -> Result<InputFile> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         err: source,
     };
+    let name = path.display().to_string();
     let md = std::fs::metadata(path).map_err(io)?;
     if md.is_dir() {
         return Err(Error::invalid(format!(
@@ -117,12 +120,18 @@ pub fn read_file(path: &Path, kind: ScopeKind) -> Result<InputFile> {
             path.display()
         )));
     }
-    let bytes = std::fs::read(path).map_err(io)?;
-    let text = decode_utf8(&path.display().to_string(), bytes)?;
+    check_size(&name, md.len(), max_bytes)?;
+    // The size is checked again on what is read: the file may grow meanwhile.
+    let mut bytes = Vec::with_capacity(usize::try_from(md.len()).unwrap_or(0));
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes))
+        .map_err(io)?;
+    check_size(&name, bytes.len() as u64, max_bytes)?;
+    let text = decode_utf8(&name, bytes)?;
     let n = text.len() as u64;
     let sources = match kind {
-        ScopeKind::Doc => vec![document(&path.display().to_string(), text)?],
-        ScopeKind::Debate => debate(&path.display().to_string(), &text)?,
+        ScopeKind::Doc => vec![document(&name, text)?],
+        ScopeKind::Debate => debate(&name, &text)?,
     };
     Ok(InputFile {
         path: path.to_path_buf(),
@@ -130,6 +139,64 @@ pub fn read_file(path: &Path, kind: ScopeKind) -> Result<InputFile> {
         sources,
         bytes: n,
     })
+}
+
+/// Refuses a source of more than `max_bytes` bytes (`ingest.max_source_mb`). An ingest
+/// holds a source's text, its chunks and their store writes in memory at once, so the
+/// limit is what bounds its memory.
+pub fn check_size(name: &str, bytes: u64, max_bytes: u64) -> Result<()> {
+    if bytes <= max_bytes {
+        return Ok(());
+    }
+    let mb = |b: u64| b as f64 / f64::from(1 << 20);
+    Err(Error::invalid(format!(
+        "{name} is {:.1} MB, over the limit of {:.0} MB for one source (ingest.max_source_mb): \
+         split it into smaller files, or raise the limit",
+        mb(bytes),
+        mb(max_bytes)
+    )))
+}
+
+/// A JSON Lines file given as a document is almost always a debate transcript sent to
+/// the wrong kind of scope, where it would be cut into chunks of JSON. It is refused when
+/// its name ends in `.jsonl` or `.ndjson`, or when its first line is a JSON object with
+/// the fields of a turn (`round`, `speaker`, `text`).
+pub fn check_not_debate(id: &str, text: &str) -> Result<()> {
+    let how = "ingest it as a debate instead (`strata ingest --scope NAME --kind debate FILE`; \
+               over HTTP, POST its turns to /api/v1/debates/NAME/turns)";
+    let ext = Path::new(id)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if let Some(ext @ ("jsonl" | "ndjson")) = ext.as_deref() {
+        return Err(Error::invalid(format!(
+            "{id} is named like a debate transcript (.{ext}), not a document: {how}, \
+             or rename it if it really is a document"
+        )));
+    }
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if looks_like_turn(first) {
+        return Err(Error::invalid(format!(
+            "{id} looks like a debate transcript (its first line is a turn \
+             {{\"round\", \"speaker\", \"text\"}}), not a document: {how}"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `line` is a JSON object with (at least) the fields of a turn. Parsed without
+/// building the values, so a huge line costs no memory.
+fn looks_like_turn(line: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Fields {
+        #[serde(rename = "round")]
+        _round: serde::de::IgnoredAny,
+        #[serde(rename = "speaker")]
+        _speaker: serde::de::IgnoredAny,
+        #[serde(rename = "text")]
+        _text: serde::de::IgnoredAny,
+    }
+    line.trim_start().starts_with('{') && serde_json::from_str::<Fields>(line).is_ok()
 }
 
 /// Validates bytes as UTF-8, naming the first bad byte.
@@ -260,6 +327,71 @@ mod tests {
         assert!(e.contains("speaker"), "{e}");
         let ok = debate("d.jsonl", t.lines().next().unwrap()).unwrap();
         assert_eq!(ok[0].id, "d.jsonl#1");
+    }
+
+    #[test]
+    fn debate_transcripts_are_not_documents() {
+        let turn = "{\"round\":1,\"speaker\":\"a\",\"text\":\"hi\"}\n";
+        for (id, text, why) in [
+            (
+                "d.jsonl",
+                "plain words",
+                "named like a debate transcript (.jsonl)",
+            ),
+            (
+                "D.NDJSON",
+                "plain words",
+                "named like a debate transcript (.ndjson)",
+            ),
+            ("d.txt", turn, "looks like a debate transcript"),
+            (
+                "d",
+                &format!("\n  \n {turn}"),
+                "looks like a debate transcript",
+            ),
+            (
+                "d.md",
+                "{\"text\":\"x\",\"speaker\":\"b\",\"round\":2,\"mood\":1}",
+                "looks like",
+            ),
+        ] {
+            let e = check_not_debate(id, text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{id} ")) && e.contains(why), "{e}");
+            assert!(e.contains("--kind debate") && !e.contains('\n'), "{e}");
+        }
+        // JSON that is no turn, a turn that is not first, and prose are documents.
+        for text in [
+            "{\"round\":1,\"text\":\"no speaker\"}",
+            "[1, \"a\", \"t\"]",
+            &format!("# Notes\n{turn}"),
+            "round speaker text",
+        ] {
+            check_not_debate("notes.md", text).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.txt");
+        std::fs::write(&p, "word ".repeat(1000)).unwrap();
+        let e = read_file(&p, ScopeKind::Doc, 4999).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "big.txt is 0.0 MB, over the limit of 0 MB for one source (ingest.max_source_mb): \
+                 split it into smaller files, or raise the limit"
+            ),
+            "{e}"
+        );
+        assert_eq!(read_file(&p, ScopeKind::Doc, 5000).unwrap().bytes, 5000);
+        let e = check_size("x.md", 100 << 20, 64 << 20)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "x.md is 100.0 MB, over the limit of 64 MB for one source (ingest.max_source_mb): \
+             split it into smaller files, or raise the limit"
+        );
     }
 
     #[test]

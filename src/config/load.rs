@@ -341,12 +341,21 @@ mod tests {
     fn env_overrides_file_and_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("strata.toml");
-        std::fs::write(&p, "[chunk]\ntokens = 200\n[store]\nttl_secs = 10\n").unwrap();
-        let env = vec![("STRATA_STORE_TTL_SECS".to_string(), "0".to_string())];
+        std::fs::write(
+            &p,
+            "[chunk]\ntokens = 200\n[store]\nttl_secs = 10\n[ingest]\nmax_source_mb = 5\n",
+        )
+        .unwrap();
+        let env = vec![
+            ("STRATA_STORE_TTL_SECS".to_string(), "0".to_string()),
+            ("STRATA_INGEST_MAX_SOURCE_MB".to_string(), "3".to_string()),
+        ];
         let c = Config::load(Some(&p), env).unwrap();
         assert_eq!(c.chunk.tokens, 200);
         assert_eq!(c.store.ttl_secs, 0);
         assert_eq!(c.chunk.group_size, 8);
+        assert_eq!(c.ingest.max_source_bytes(), 3 << 20);
+        assert_eq!(Config::default().ingest.max_source_mb, 64);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub chunk: ChunkConfig,
+    pub ingest: IngestConfig,
     pub levels: LevelConfig,
     pub store: StoreConfig,
     pub build: BuildConfig,
@@ -125,6 +126,32 @@ impl Default for ChunkConfig {
         ChunkConfig {
             tokens: 400,
             group_size: 8,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Largest source one ingest accepts, in MB (2^20 bytes): a document, a debate
+    /// transcript file, a turn. A bigger one is refused before it is read, so memory stays
+    /// bounded by the input (an ingest holds the text, its chunks and their store writes
+    /// at once). 0 = no limit.
+    pub max_source_mb: u64,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig { max_source_mb: 64 }
+    }
+}
+
+impl IngestConfig {
+    /// The limit in bytes; `u64::MAX` when there is none.
+    pub fn max_source_bytes(&self) -> u64 {
+        match self.max_source_mb {
+            0 => u64::MAX,
+            mb => mb.saturating_mul(1 << 20),
         }
     }
 }

@@ -57,12 +57,13 @@ impl Engine {
         }
         crate::id::scope(scope)?;
         let existing = self.store.get_scope(scope)?;
+        let max = self.cfg.ingest.max_source_bytes();
         let mut files = Vec::with_capacity(paths.len());
         for p in paths {
             let k = kind
                 .or(existing.as_ref().map(|s| s.kind))
                 .unwrap_or_else(|| source::guess_kind(p));
-            files.push(source::read_file(p, k)?);
+            files.push(source::read_file(p, k, max)?);
         }
         let kinds: HashSet<_> = files.iter().map(|f| f.kind).collect();
         if kinds.len() > 1 {
@@ -87,7 +88,9 @@ impl Engine {
     }
 
     /// Ingests already-validated inputs. For a debate file, turns of an earlier version of
-    /// the same file that are gone now are removed.
+    /// the same file that are gone now are removed. Whatever the entry point, a source over
+    /// `ingest.max_source_mb` and a debate transcript given as a document are refused here
+    /// before anything is written.
     ///
     /// The write protocol (docs/ARCHITECTURE.md, "Writes"): chunking and token counting run
     /// before the write lock is taken; under the lock, each file is one store transaction
@@ -97,9 +100,17 @@ impl Engine {
     /// the durable pending set ([`Engine::sync_index`]).
     pub fn ingest(&self, scope: &str, files: &[InputFile], now: u64) -> Result<IngestReport> {
         crate::id::scope(scope)?;
+        let max = self.cfg.ingest.max_source_bytes();
         for f in files {
+            if !f.path.as_os_str().is_empty() {
+                source::check_size(&f.path.display().to_string(), f.bytes, max)?;
+            }
             for s in &f.sources {
                 check_source(s)?;
+                source::check_size(&s.id, s.text.len() as u64, max)?;
+                if f.kind == ScopeKind::Doc {
+                    source::check_not_debate(&s.id, &s.text)?;
+                }
             }
         }
         self.ensure_room(files.iter().map(|f| f.bytes).sum())?;
@@ -329,6 +340,11 @@ impl Engine {
         // Validate and chunk before the lock; the id only names the source.
         let probe = source::turn_input(format!("{scope}#turn"), turn)?;
         check_source(&probe)?;
+        source::check_size(
+            &probe.id,
+            probe.text.len() as u64,
+            self.cfg.ingest.max_source_bytes(),
+        )?;
         self.ensure_room(probe.text.len() as u64)?;
         let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
         let (report, id) = {

@@ -63,7 +63,7 @@ pub fn handwritten(path: &Path) -> Result<Vec<Instance>> {
         let mut files = Vec::new();
         let mut texts: BTreeMap<String, String> = BTreeMap::new();
         for rel in &sc.files {
-            let mut f = crate::source::read_file(&base.join(rel), kind)?;
+            let mut f = crate::source::read_file(&base.join(rel), kind, u64::MAX)?;
             for s in &mut f.sources {
                 s.id = match s.id.rsplit_once('#') {
                     Some((_, line)) if kind == crate::store::ScopeKind::Debate => {

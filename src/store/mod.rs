@@ -336,10 +336,16 @@ pub struct Store {
 
 /// A value as the backends keep it: its type's format version byte, then bincode.
 pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
-    let mut out = vec![T::VERSION];
-    let body = bincode::serde::encode_to_vec(v, bincode::config::standard())
-        .map_err(|e| Error::DataCorruption(format!("cannot encode value: {e}")))?;
-    out.extend_from_slice(&body);
+    // Sized first, then encoded straight after the version byte: a source's text is
+    // copied once, into a buffer of the right size.
+    let bad =
+        |e: bincode::error::EncodeError| Error::DataCorruption(format!("cannot encode value: {e}"));
+    let config = bincode::config::standard();
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(v, &mut size, config).map_err(bad)?;
+    let mut out = Vec::with_capacity(1 + size.bytes_written);
+    out.push(T::VERSION);
+    bincode::serde::encode_into_std_write(v, &mut out, config).map_err(bad)?;
     Ok(out)
 }
 

@@ -29,17 +29,27 @@ pub(crate) struct SentenceSpan {
 /// Splits `text` into sentences (Unicode sentence boundaries) that tile it exactly.
 /// Fragments too short to stand alone (e.g. after "Mr.") are merged into the previous one.
 pub(crate) fn sentences(text: &str) -> Vec<SentenceSpan> {
+    let mut out = Vec::new();
+    each_sentence(text, |s| out.push(s));
+    out
+}
+
+/// [`sentences`], handed over one at a time in order: a text of millions of sentences (a
+/// huge paragraph the chunker splits) needs no list of them.
+pub(crate) fn each_sentence(text: &str, f: impl FnMut(SentenceSpan)) {
     match Squeezed::new(text) {
         None => merge_fragments(
             text,
             text.split_sentence_bound_indices()
                 .map(|(start, s)| (start, start + s.len())),
+            f,
         ),
         Some(sq) => merge_fragments(
             text,
             sq.text
                 .split_sentence_bound_indices()
                 .map(|(start, s)| (sq.original(start), sq.original(start + s.len()))),
+            f,
         ),
     }
 }
@@ -47,26 +57,31 @@ pub(crate) fn sentences(text: &str) -> Vec<SentenceSpan> {
 fn merge_fragments(
     text: &str,
     fragments: impl Iterator<Item = (usize, usize)>,
-) -> Vec<SentenceSpan> {
-    let mut out: Vec<SentenceSpan> = Vec::new();
+    mut f: impl FnMut(SentenceSpan),
+) {
+    // The sentence so far: a later fragment may still be merged into it.
+    let mut last: Option<SentenceSpan> = None;
     for (start, end) in fragments {
         let s = &text[start..end];
         // (A fragment without words is merged before looking at the previous sentence: a
         // long run of blank lines merges line by line in linear time.)
-        let merge = match out.last() {
-            Some(prev) => {
-                s.unicode_words().next().is_none()
-                    || ends_with_abbreviation(text[prev.start..prev.end].trim_end())
+        match &mut last {
+            Some(prev)
+                if s.unicode_words().next().is_none()
+                    || ends_with_abbreviation(text[prev.start..prev.end].trim_end()) =>
+            {
+                prev.end = end;
             }
-            None => false,
-        };
-        if merge {
-            out.last_mut().expect("checked").end = end;
-        } else {
-            out.push(SentenceSpan { start, end });
+            _ => {
+                if let Some(prev) = last.replace(SentenceSpan { start, end }) {
+                    f(prev);
+                }
+            }
         }
     }
-    out
+    if let Some(prev) = last {
+        f(prev);
+    }
 }
 
 /// Characters of the Unicode sentence-break classes Sp and Close (UAX #29, as
@@ -324,11 +339,14 @@ mod tests {
     #[test]
     fn long_runs_after_a_full_stop_split_as_before() {
         let direct = |t: &str| {
+            let mut out = Vec::new();
             merge_fragments(
                 t,
                 t.split_sentence_bound_indices()
                     .map(|(start, s)| (start, start + s.len())),
-            )
+                |s| out.push(s),
+            );
+            out
         };
         for t in [
             format!("It ended.{}then it rained. Next", " ".repeat(500)),
@@ -356,9 +374,11 @@ mod tests {
             1..12,
         )) {
             let t: String = parts.iter().map(|(s, n)| s.repeat(*n)).collect();
-            let direct = merge_fragments(
+            let mut direct = Vec::new();
+            merge_fragments(
                 &t,
                 t.split_sentence_bound_indices().map(|(start, s)| (start, start + s.len())),
+                |s| direct.push(s),
             );
             proptest::prop_assert_eq!(sentences(&t), direct);
         }

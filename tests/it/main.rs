@@ -22,6 +22,7 @@ mod reduce;
 mod replicas;
 mod script;
 mod security_http;
+mod security_ingest;
 mod security_script;
 mod server;
 mod support;

@@ -118,7 +118,7 @@ pub fn demo_engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let read = |rel: &str, kind: ScopeKind| {
-            let mut f = strata::source::read_file(&repo().join(rel), kind).unwrap();
+            let mut f = strata::source::read_file(&repo().join(rel), kind, u64::MAX).unwrap();
             let abs = repo().join(rel).display().to_string();
             for s in &mut f.sources {
                 s.id = s.id.replacen(&abs, rel, 1);
