@@ -26,6 +26,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod access;
 mod build;
 mod built;
 pub mod chunk;

@@ -541,8 +541,20 @@ fn serve(
 }
 
 /// `strata mcp`: the Model Context Protocol on stdin/stdout until the client closes stdin.
+/// `STRATA_MCP_TOKEN` limits the session to what that token of `server.token` /
+/// `server.tokens` may read (an operator starting one `strata mcp` per tenant).
 fn mcp(engine: std::sync::Arc<Engine>, rt: &tokio::runtime::Runtime) -> Result<()> {
-    rt.block_on(strata::mcp::serve_stdio(engine))?;
+    let access = match std::env::var("STRATA_MCP_TOKEN") {
+        Ok(token) => strata::access::Tokens::new(&engine.config().server)
+            .access(Some(&format!("Bearer {token}")))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "STRATA_MCP_TOKEN is none of the configured tokens (server.token, server.tokens)"
+                )
+            })?,
+        Err(_) => strata::access::Access::full(),
+    };
+    rt.block_on(strata::mcp::serve_stdio(engine, access))?;
     Ok(())
 }
 

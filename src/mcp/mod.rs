@@ -20,6 +20,7 @@ mod load;
 mod read;
 mod session;
 
+use crate::access::Access;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::level::Level;
@@ -36,8 +37,9 @@ use std::sync::Arc;
 
 /// Serves MCP on this process's stdin and stdout until the client closes stdin. Logs go
 /// to stderr: stdout carries only protocol messages.
-pub async fn serve_stdio(engine: Arc<Engine>) -> Result<()> {
+pub async fn serve_stdio(engine: Arc<Engine>, access: Access) -> Result<()> {
     let service = Strata::new(engine)
+        .with_access(access)
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| Error::Invalid(format!("MCP session did not start: {e}")))?;
@@ -139,6 +141,8 @@ pub(crate) use crate::navigate::off_executor as blocking;
 pub struct Strata {
     engine: Arc<Engine>,
     session: Arc<session::Session>,
+    /// The scopes this session may read (`strata mcp --token`: a token's grant).
+    access: Access,
     tool_router: ToolRouter<Strata>,
 }
 
@@ -147,8 +151,80 @@ impl Strata {
         Strata {
             engine,
             session: Arc::default(),
+            access: Access::full(),
             tool_router: Strata::tool_router(),
         }
+    }
+
+    /// A session limited to what `access` may read: a scope it may not read is unknown to
+    /// it (the same error, naming nothing else), and searches over every scope search the
+    /// ones it may read.
+    pub fn with_access(mut self, access: Access) -> Strata {
+        self.access = access;
+        self
+    }
+
+    /// Holds a tool's arguments to the session's access: `scope` must be readable,
+    /// `scopes` too (none given: the readable ones), and nodes peeked by id must belong to
+    /// readable scopes.
+    fn admit(&self, a: &mut JsonObject, takes_scopes: bool) -> std::result::Result<(), ErrorData> {
+        if self.access.is_full() {
+            return Ok(());
+        }
+        let unknown = |s: &str| ErrorData::invalid_params(format!("unknown scope `{s}`"), None);
+        if let Some(Value::String(s)) = a.get("scope")
+            && !self.access.can_read(s)
+        {
+            return Err(unknown(s));
+        }
+        if let Some(Value::Array(list)) = a.get("scopes") {
+            for v in list {
+                if let Some(s) = v.as_str()
+                    && !self.access.can_read(s)
+                {
+                    return Err(unknown(s));
+                }
+            }
+        }
+        let empty = a
+            .get("scopes")
+            .is_none_or(|v| v.as_array().is_some_and(|l| l.is_empty()));
+        if takes_scopes && empty {
+            let names = self
+                .engine
+                .scope_names()
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let visible = self.access.visible(names);
+            if visible.is_empty() {
+                return Err(ErrorData::invalid_params(
+                    "no scope is open to this session's token".to_string(),
+                    None,
+                ));
+            }
+            a.insert(
+                "scopes".into(),
+                Value::Array(visible.into_iter().map(Value::String).collect()),
+            );
+        }
+        if let Some(Value::Array(ids)) = a.get("ids") {
+            let now = crate::clock::unix_now();
+            for id in ids.iter().filter_map(Value::as_str) {
+                let Some(nid) = crate::node::NodeId::from_hex(id) else {
+                    continue;
+                };
+                let hidden = match self.engine.node(&nid, now) {
+                    Ok(n) => !self.access.can_read(&n.scope),
+                    Err(_) => false,
+                };
+                if hidden {
+                    return Err(ErrorData::invalid_params(
+                        format!("unknown node `{id}`"),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -158,7 +234,11 @@ impl Strata {
         input_schema = schema::<load::LoadCorpus>(),
         description = "Read a scope's nodes a page at a time, filtered by source, round range, speaker, level (default: full, the source text), date range (when stored) and a search term. Returns a segment id (page through it with `segment` + `page`; sub_query and execute_analysis take it), totals, the page's items with their metadata and source spans, and the provenance (filters applied, time)."
     )]
-    async fn load_corpus(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn load_corpus(
+        &self,
+        mut a: JsonObject,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        self.admit(&mut a, false)?;
         let a = args(a)?;
         answer(load::load_corpus(&self.engine, &self.session, a, crate::clock::unix_now()).await)
     }
@@ -191,7 +271,8 @@ impl Strata {
         input_schema = schema::<read::Context>(),
         description = "A scope as a context window within a token budget, at a level (full, detailed, summary, abstract, metadata) or auto (an overview, older history coarse, recent rounds fine). Returns the text, the nodes used with their source spans, and the tokens."
     )]
-    async fn context(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn context(&self, mut a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        self.admit(&mut a, false)?;
         let a = args(a)?;
         answer(read::context(&self.engine, a, crate::clock::unix_now()).await)
     }
@@ -202,9 +283,10 @@ impl Strata {
     )]
     async fn query(
         &self,
-        a: JsonObject,
+        mut a: JsonObject,
         ct: tokio_util::sync::CancellationToken,
     ) -> std::result::Result<CallToolResult, ErrorData> {
+        self.admit(&mut a, true)?;
         let a = args(a)?;
         let stop = crate::navigate::Stop::new(ct);
         answer(read::query(&self.engine, a, crate::clock::unix_now(), stop).await)
@@ -214,7 +296,8 @@ impl Strata {
         input_schema = schema::<read::Grep>(),
         description = "BM25 search over the levels of scopes (default: all): hits with node id, level, score, text and source spans."
     )]
-    async fn grep(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn grep(&self, mut a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        self.admit(&mut a, true)?;
         let a = args(a)?;
         let now = crate::clock::unix_now();
         answer(blocking(|| read::grep(&self.engine, a, now)))
@@ -224,7 +307,8 @@ impl Strata {
         input_schema = schema::<read::Peek>(),
         description = "Read nodes by id (text, level, children, metadata, source spans), or a byte range of a source as ingested (`scope`, `source`, `start`, `end`)."
     )]
-    async fn peek(&self, a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+    async fn peek(&self, mut a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        self.admit(&mut a, false)?;
         let a = args(a)?;
         let now = crate::clock::unix_now();
         answer(blocking(|| read::peek(&self.engine, a, now)))

@@ -6,7 +6,6 @@
 //! Tokens open all scopes or some ([`access`]); the connections are held to time limits and
 //! caps ([`edge`]); `Host`, `Origin` and CORS keep web pages out ([`policy`]).
 
-pub mod access;
 mod aragora;
 mod contexts;
 mod edge;
@@ -15,7 +14,8 @@ mod follow;
 pub mod openapi;
 mod policy;
 
-pub use access::Access;
+use crate::access;
+pub use crate::access::Access;
 pub use edge::raise_open_file_limit;
 
 use crate::clock::unix_now;

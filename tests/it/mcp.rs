@@ -790,3 +790,78 @@ fn the_official_python_mcp_client_uses_strata_mcp() {
     assert_eq!(seen["unknown_code"], -32602, "{seen}");
     assert_eq!(seen["ping"], true);
 }
+
+/// `strata mcp` started with a scoped token (`STRATA_MCP_TOKEN`, one of `server.tokens`)
+/// cannot read, search or list another scope: each is unknown to it, and searches over
+/// every scope search only its own.
+#[test]
+fn a_scoped_token_limits_an_mcp_session_to_its_scopes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sample_store(dir.path());
+    let tokens = r#"[{"token": "docs-reader", "scopes": ["do*"], "access": "read"}]"#;
+    // A node of the debate, found with full access.
+    let mut full = Mcp::start(&db, &[], &[("STRATA_SERVER_TOKENS", tokens)]);
+    full.initialize();
+    let hits = full.ok("grep", json!({"pattern": "fare cap", "scopes": ["debate"]}));
+    let debate_node = hits["hits"][0]["id"].as_str().unwrap().to_string();
+    full.finish();
+
+    let mut mcp = Mcp::start(
+        &db,
+        &[],
+        &[
+            ("STRATA_SERVER_TOKENS", tokens),
+            ("STRATA_MCP_TOKEN", "docs-reader"),
+        ],
+    );
+    mcp.initialize();
+    for (tool, args) in [
+        ("context", json!({"scope": "debate", "budget": 300})),
+        ("load_corpus", json!({"scope": "debate"})),
+        ("grep", json!({"pattern": "fare cap", "scopes": ["debate"]})),
+        (
+            "query",
+            json!({"question": "What fare cap?", "scopes": ["debate"]}),
+        ),
+        (
+            "peek",
+            json!({"scope": "debate", "source": "data/debate.jsonl#1"}),
+        ),
+    ] {
+        let e = mcp.invalid(tool, args);
+        assert_eq!(e, "unknown scope `debate`", "{tool}");
+    }
+    let e = mcp.invalid("peek", json!({"ids": [debate_node]}));
+    assert!(e.starts_with("unknown node"), "{e}");
+    // Over every scope: only its own.
+    let hits = mcp.ok("grep", json!({"pattern": "fare cap freedom peace"}));
+    let hits = hits["hits"].as_array().unwrap();
+    assert!(!hits.is_empty());
+    assert!(hits.iter().all(|h| h["scope"] == "docs"), "{hits:?}");
+    let r = mcp.ok(
+        "query",
+        json!({"question": "What fare cap did chen propose?"}),
+    );
+    for c in r["citations"].as_array().unwrap() {
+        assert!(c["source"].as_str().unwrap().contains("data/docs/"), "{c}");
+    }
+    mcp.ok("context", json!({"scope": "docs", "budget": 300}));
+    mcp.finish();
+
+    // A token that is not configured: the session does not start.
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("--db")
+        .arg(&db)
+        .arg("mcp")
+        .env("STRATA_SERVER_TOKENS", tokens)
+        .env("STRATA_MCP_TOKEN", "nope")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("STRATA_MCP_TOKEN is none of"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
