@@ -62,22 +62,35 @@ impl Ord for Entry {
     }
 }
 
-/// The overview of `plan`'s scope in at most `limit` tokens, or `None` when the scope is
-/// too large for it (see [`MAX_TOKENS`]) or nothing fits.
-pub(super) fn salient(
-    corpus: &Corpus<'_>,
-    plan: &Plan,
-    limit: usize,
-    now: u64,
-) -> Result<Option<Item>> {
-    let _ = now;
-    if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
-        return Ok(None);
+/// The sentences of a scope with their salience: computed once per set of chunks (a scope
+/// changes its FULL chunks with every change) and kept for the next windows of it.
+struct Ranked {
+    texts: Vec<String>,
+    sents: Vec<Sent>,
+    /// The statistics' unit of each sentence (repeats share one).
+    unit_of: Vec<usize>,
+    units: usize,
+}
+
+/// The scopes ranked most recently, newest last, keyed by their chunks' ids.
+static RANKED: std::sync::Mutex<Vec<([u8; 32], std::sync::Arc<Ranked>)>> =
+    std::sync::Mutex::new(Vec::new());
+const RANKED_KEPT: usize = 8;
+
+fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
+    let mut h = blake3::Hasher::new();
+    h.update(&[plan.kind as u8]);
+    for c in &plan.chunks {
+        h.update(&c.full.0);
     }
-    let header = "## Overview (salient sentences)".to_string();
-    let header_cost = token::count(&header) + 2;
-    if limit <= header_cost {
-        return Ok(None);
+    let key: [u8; 32] = *h.finalize().as_bytes();
+    if let Some((_, r)) = RANKED
+        .lock()
+        .expect("ranked cache")
+        .iter()
+        .find(|(k, _)| *k == key)
+    {
+        return Ok(r.clone());
     }
     let ids: Vec<NodeId> = plan.chunks.iter().map(|c| c.full).collect();
     let nodes = corpus.nodes(&ids)?;
@@ -104,37 +117,79 @@ pub(super) fn salient(
             });
         }
     }
-    if sents.is_empty() {
-        return Ok(None);
-    }
     // A sentence repeated word for word is one unit for the statistics: a repeat is not a
     // thread.
-    let text_of = |s: &Sent| &texts[s.chunk][s.start..s.end];
-    let mut first: HashMap<&str, usize> = HashMap::new();
     let mut unit_of: Vec<usize> = Vec::with_capacity(sents.len());
-    let mut units: Vec<salience::Unit<'_>> = Vec::new();
-    for s in &sents {
-        let t = text_of(s);
-        let u = *first.entry(t).or_insert_with(|| {
-            units.push(salience::Unit {
-                text: t,
-                passage: match plan.kind {
-                    ScopeKind::Debate => plan.chunks[s.chunk].source,
-                    ScopeKind::Doc => s.chunk,
-                },
+    let scores: Vec<f64> = {
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut units: Vec<salience::Unit<'_>> = Vec::new();
+        for s in &sents {
+            let t = &texts[s.chunk][s.start..s.end];
+            let u = *first.entry(t).or_insert_with(|| {
+                units.push(salience::Unit {
+                    text: t,
+                    passage: match plan.kind {
+                        ScopeKind::Debate => plan.chunks[s.chunk].source,
+                        ScopeKind::Doc => s.chunk,
+                    },
+                });
+                units.len() - 1
             });
-            units.len() - 1
-        });
-        unit_of.push(u);
-    }
-    let scores: Vec<f64> = salience::features(&units)
-        .iter()
-        .map(salience::Features::score)
-        .collect();
-    let mut taken_unit = vec![false; units.len()];
+            unit_of.push(u);
+        }
+        salience::features(&units)
+            .iter()
+            .map(salience::Features::score)
+            .collect()
+    };
     for (s, &u) in sents.iter_mut().zip(&unit_of) {
         s.score = scores[u];
     }
+    let r = std::sync::Arc::new(Ranked {
+        texts,
+        sents,
+        unit_of,
+        units: scores.len(),
+    });
+    let mut cache = RANKED.lock().expect("ranked cache");
+    if !cache.iter().any(|(k, _)| *k == key) {
+        if cache.len() >= RANKED_KEPT {
+            cache.remove(0);
+        }
+        cache.push((key, r.clone()));
+    }
+    Ok(r)
+}
+
+/// The overview of `plan`'s scope in at most `limit` tokens, or `None` when the scope is
+/// too large for it (see [`MAX_TOKENS`]) or nothing fits.
+pub(super) fn salient(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    limit: usize,
+    now: u64,
+) -> Result<Option<Item>> {
+    let _ = now;
+    if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
+        return Ok(None);
+    }
+    let header = "## Overview (salient sentences)".to_string();
+    let header_cost = token::count(&header) + 2;
+    if limit <= header_cost {
+        return Ok(None);
+    }
+    let ranked = ranked(corpus, plan)?;
+    let Ranked {
+        texts,
+        sents,
+        unit_of,
+        units,
+    } = &*ranked;
+    if sents.is_empty() {
+        return Ok(None);
+    }
+    let text_of = |s: &Sent| &texts[s.chunk][s.start..s.end];
+    let mut taken_unit = vec![false; *units];
     let labels: Vec<Option<String>> = (0..plan.chunks.len())
         .map(|ci| plan.chunk_label(ci))
         .collect();
