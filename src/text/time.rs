@@ -183,20 +183,7 @@ fn weekday(w: &str) -> Option<Weekday> {
 }
 
 fn month(w: &str) -> Option<u32> {
-    const NAMES: [&str; 12] = [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ];
+    const NAMES: &[&str] = super::MONTHS;
     if let Some(i) = NAMES.iter().position(|n| *n == w) {
         return Some(i as u32 + 1);
     }
