@@ -18,13 +18,29 @@ use crate::plan::Plan;
 use crate::plan::Reduced;
 use crate::progress::Progress;
 use crate::store::Store;
-use futures::FutureExt;
-use futures::future::{BoxFuture, join_all};
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Awaits every future; the outputs in order. Only a future that was woken is polled again:
+/// `join_all` of up to 30 futures polls all of them whenever any one is woken, and the
+/// build is one task whose tree of joins holds every model call waiting for a place in
+/// the limiter, so each wake-up re-polled all of them (issue 23: a 249-document build
+/// against a mock model spent a core on it).
+pub(crate) async fn join_woken<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    futures
+        .into_iter()
+        .collect::<FuturesOrdered<F>>()
+        .collect()
+        .await
+}
 
 /// A node that could not be built, and why.
 #[derive(Clone, Debug, Serialize)]
@@ -191,7 +207,7 @@ impl Builder<'_> {
                     .collect();
                 let run = &run;
                 reductions.push(Some(
-                    async move { run.reduction(ri, join_all(inputs).await).await }.boxed(),
+                    async move { run.reduction(ri, join_woken(inputs).await).await }.boxed(),
                 ));
             }
             let top: Vec<Pending<'_>> = plan
@@ -199,7 +215,7 @@ impl Builder<'_> {
                 .iter()
                 .filter_map(|&r| take(r, &mut groups, &mut reductions))
                 .collect();
-            let summaries = join_all(top).await;
+            let summaries = join_woken(top).await;
             if let Some(abs) = run.abstract_node(summaries).await? {
                 run.metadata(&abs).await?;
             }

@@ -260,3 +260,68 @@ fn a_retry_after_a_rejected_output_says_what_was_wrong() {
         "{r:?}"
     );
 }
+
+/// Issue 23: the build is one task whose tree of joins holds every model call, and joining
+/// with `join_all` (which polls all of up to 30 futures whenever one is woken) re-polled
+/// every call in the tree at every wake-up anywhere in the build: a core stayed busy in a
+/// build against a mock model. A call in flight is now polled when it is woken (and when a
+/// call of its own group is), not at every wake-up of the build.
+#[test]
+fn a_build_polls_a_model_call_when_it_is_woken_not_at_every_wake_up() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+
+    /// Counts the polls of the future it wraps into `max` (the most of any one call).
+    struct Counted<F> {
+        inner: Pin<Box<F>>,
+        polls: usize,
+        max: std::sync::Arc<AtomicUsize>,
+    }
+    impl<F: Future> Future for Counted<F> {
+        type Output = F::Output;
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            self.polls += 1;
+            self.max.fetch_max(self.polls, Ordering::SeqCst);
+            self.inner.as_mut().poll(cx)
+        }
+    }
+    /// Answers like the offline compressor after 2 ms.
+    struct Slow(std::sync::Arc<AtomicUsize>);
+    impl SubModel for Slow {
+        fn identity(&self) -> String {
+            "slow".into()
+        }
+        fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
+            Box::pin(Counted {
+                inner: Box::pin(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    Ok(strata::model::offline::compress(&req))
+                }),
+                polls: 0,
+                max: self.0.clone(),
+            })
+        }
+    }
+    let max = std::sync::Arc::new(AtomicUsize::new(0));
+    let mut cfg = small_context();
+    cfg.build.concurrency = 4;
+    let e = Engine::in_memory(cfg)
+        .unwrap()
+        .with_model(std::sync::Arc::new(Slow(max.clone())));
+    // One turn a round: a round's group holds one call, so nothing of its own wakes a call
+    // in flight but its own reply.
+    let turns: Vec<Turn> = debate(80)
+        .into_iter()
+        .filter(|t| t.speaker == "alice")
+        .collect();
+    ingest_all(&e, &turns);
+    let r = build(&e, T0);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(r.model_calls > 160, "{r:?}");
+    assert!(layers(&e) >= 1);
+    // Polled once to start, once when its reply is ready.
+    let most = max.load(Ordering::SeqCst);
+    assert!(most <= 3, "a model call was polled {most} times");
+}

@@ -7,6 +7,11 @@ use tokio::sync::oneshot;
 /// An async semaphore that hands free permits to the waiter with the highest priority
 /// (first come, first served within a priority). tokio's `Semaphore` is strictly FIFO,
 /// which makes a DAG build finish its DETAILED level before any SUMMARY may start.
+///
+/// A released permit is handed over: the best waiter's channel is sent to, which wakes
+/// that waiter alone; nobody re-checks for a free permit. (A waiter is still polled
+/// whenever its parent future is: the build joins its calls with `build::join_woken`, so
+/// that a wake-up does not re-poll every waiting call.)
 #[derive(Clone)]
 pub(crate) struct Gate(Arc<Mutex<GateState>>);
 

@@ -319,8 +319,10 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::pin::Pin;
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Poll};
 
     fn cfg() -> LimitConfig {
         LimitConfig {
@@ -368,6 +370,69 @@ mod tests {
         assert_eq!(gate.held(), 0);
         let _again = gate.acquire(0).await;
         assert_eq!(gate.held(), 1);
+    }
+
+    /// Issue 23: a freed place is handed to one waiting call, which alone is woken. A task
+    /// holding 500 waiting calls (a build holds thousands in one task) is not polled again
+    /// until a place is freed, then every call gets one in turn, by priority.
+    #[tokio::test(flavor = "current_thread")]
+    async fn waiting_calls_are_not_polled_again_until_a_permit_is_handed_over() {
+        struct PollAll {
+            calls: Vec<Option<Pin<Box<dyn Future<Output = Permit> + Send>>>>,
+            polls: Arc<AtomicUsize>,
+            order: Arc<Mutex<Vec<usize>>>,
+        }
+        impl Future for PollAll {
+            type Output = ();
+            fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+                self.polls.fetch_add(1, Ordering::SeqCst);
+                let this = &mut *self;
+                for (i, call) in this.calls.iter_mut().enumerate() {
+                    if let Some(f) = call
+                        && let Poll::Ready(permit) = f.as_mut().poll(cx)
+                    {
+                        this.order.lock().unwrap().push(i);
+                        // Done at once: the permit goes to the next waiting call.
+                        drop(permit);
+                        *call = None;
+                    }
+                }
+                match this.calls.iter().all(Option::is_none) {
+                    true => Poll::Ready(()),
+                    false => Poll::Pending,
+                }
+            }
+        }
+        let gate = Gate::new(1);
+        let first = gate.acquire(0).await;
+        let polls = Arc::new(AtomicUsize::new(0));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let calls = (0..500)
+            .map(|i| {
+                let g = gate.clone();
+                let f: Pin<Box<dyn Future<Output = Permit> + Send>> =
+                    Box::pin(async move { g.acquire(u8::from(i >= 250)).await });
+                Some(f)
+            })
+            .collect();
+        let task = tokio::spawn(PollAll {
+            calls,
+            polls: polls.clone(),
+            order: order.clone(),
+        });
+        // The scheduler gets 100 chances to poll the task while every call waits.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let idle = polls.load(Ordering::SeqCst);
+        assert_eq!(idle, 1, "polled {idle} times while every call was waiting");
+        drop(first);
+        task.await.unwrap();
+        // Handed over by priority, then in order of arrival.
+        let order = order.lock().unwrap().clone();
+        let want: Vec<usize> = (250..500).chain(0..250).collect();
+        assert_eq!(order, want);
+        assert_eq!(gate.held(), 0);
     }
 
     #[tokio::test(start_paused = true)]
