@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench --bench e2e                                  # fetches the SOTU corpus (cached)
 //! STRATA_BENCH_CORPUS=/path/to/txt/dir cargo bench --bench e2e
+//! STRATA_BENCH_MOCK_MS=100 cargo bench --bench e2e            # the build against a mock model
 //! ```
 //!
 //! The corpus is every `.txt`/`.md` file of `STRATA_BENCH_CORPUS` when set, else the 249
@@ -16,6 +17,13 @@
 //! model calls; the run fails otherwise) → 20 queries (p50/p95/max) → drop and reopen →
 //! generated debate: ingest, build, 50 `context` calls at `auto` and at `summary`, then
 //! `append_turn` + incremental `compress`.
+//!
+//! With `STRATA_BENCH_MOCK_MS=L` (and optionally `STRATA_BENCH_MOCK_JITTER_MS`, default
+//! L/4) the corpus is compressed by a mock model that answers after L ± jitter ms (no CPU)
+//! instead of the offline compressor, every call through the limiter's gate like a real
+//! model's, and the run stops after the warm rebuild: it measures the build's wall and CPU
+//! time and the dispatch gap (how long a place freed by one call stays unused before the
+//! next waiting call takes it). The same figures go to `target/bench-e2e-mock.json`.
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -30,6 +38,8 @@ use strata::{Config, Engine, Level, LevelChoice, NoProgress, Progress, unix_now}
 
 #[path = "common/debate.rs"]
 mod debate;
+#[path = "common/mock.rs"]
+mod mock;
 use debate::{Lcg, generate_debate, turn_text};
 
 const MB: f64 = 1_000_000.0;
@@ -82,7 +92,24 @@ fn main() {
     log(&format!("store: {}", db.display()));
 
     // ------------------------------------------------------------ ingest
-    let engine = Engine::open(&db, Config::default()).expect("open engine");
+    let mock_ms: Option<u64> = std::env::var("STRATA_BENCH_MOCK_MS")
+        .ok()
+        .map(|v| v.parse().expect("STRATA_BENCH_MOCK_MS: milliseconds"));
+    let mock = mock_ms.map(|ms| {
+        let jitter = std::env::var("STRATA_BENCH_MOCK_JITTER_MS")
+            .ok()
+            .map_or(ms / 4, |v| v.parse().expect("STRATA_BENCH_MOCK_JITTER_MS"));
+        std::sync::Arc::new(mock::Mock::new(
+            std::time::Duration::from_millis(ms),
+            std::time::Duration::from_millis(jitter),
+        ))
+    });
+    let cfg = Config::default();
+    let concurrency = cfg.build.concurrency;
+    let mut engine = Engine::open(&db, cfg).expect("open engine");
+    if let Some(m) = &mock {
+        engine = engine.with_model(m.clone());
+    }
     log("ingesting the corpus...");
     let t = Instant::now();
     let ing = engine
@@ -111,12 +138,13 @@ fn main() {
 
     // ------------------------------------------------------------ cold build
     log("cold build...");
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), mock::cpu_seconds());
     let cold = rt
         .block_on(engine.compress(DOC_SCOPE, now, &StderrProgress::default()))
         .expect("cold build");
     let cold_s = t.elapsed().as_secs_f64();
-    log(&format!("cold build: {:.1} s", cold_s));
+    let cold_cpu = mock::cpu_seconds() - cpu;
+    log(&format!("cold build: {cold_s:.1} s, CPU {cold_cpu:.1} s"));
     out.row(
         "Corpus cold build",
         "wall time",
@@ -133,6 +161,7 @@ fn main() {
         ),
     );
     out.set("cold_build", build_json(&cold, cold_s, corpus_bytes));
+    out.set("cold_build_cpu_s", json!(cold_cpu));
 
     // ------------------------------------------------------------ warm rebuild
     log("warm rebuild...");
@@ -158,6 +187,40 @@ fn main() {
         warm.model_calls,
         warm.nodes_built
     );
+    if let Some(m) = &mock {
+        let gaps = m.take_gaps(concurrency);
+        let (p50, p90) = (mock::quantile_ms(&gaps, 0.5), mock::quantile_ms(&gaps, 0.9));
+        let ideal = cold.model_calls as f64 * m.latency.as_secs_f64() / concurrency as f64;
+        log(&format!(
+            "mock {} ms: {} calls, build {cold_s:.2} s (ideal {ideal:.2} s), CPU {cold_cpu:.2} s, \
+             dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
+            m.latency.as_millis(),
+            cold.model_calls
+        ));
+        assert_eq!(cold.fallbacks, 0, "the mock's output must pass validation");
+        out.row(
+            "Corpus cold build, mock model",
+            "wall / CPU",
+            format!("{cold_s:.2} s / {cold_cpu:.2} s"),
+            format!(
+                "{} ± {} ms a call, {} calls at concurrency {concurrency} (ideal {ideal:.2} s); \
+                 dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
+                m.latency.as_millis(),
+                m.jitter.as_millis(),
+                cold.model_calls
+            ),
+        );
+        out.set(
+            "mock",
+            json!({"latency_ms": m.latency.as_millis() as u64,
+                   "jitter_ms": m.jitter.as_millis() as u64, "concurrency": concurrency,
+                   "calls": cold.model_calls, "wall_s": cold_s, "cpu_s": cold_cpu,
+                   "ideal_s": ideal, "dispatch_gap_ms": {"p50": p50, "p90": p90},
+                   "loadavg_end": loadavg()}),
+        );
+        out.finish(&target.join("bench-e2e-mock.json"));
+        return;
+    }
 
     // ------------------------------------------------------------ fixed query overheads
     let plan_ms = mean_ms(5, || {

@@ -23,57 +23,15 @@
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
 use strata::source::{InputFile, Turn};
 use strata::store::ScopeKind;
 use strata::{Config, Engine, NoProgress};
 
-/// A model that takes `latency ± jitter` per call and copies the first words of its input.
-struct Slow {
-    latency: Duration,
-    jitter: Duration,
-    calls: AtomicU64,
-}
-
-impl Slow {
-    /// A deterministic delay in `[latency − jitter, latency + jitter]` for call `n`.
-    fn delay(&self, n: u64) -> Duration {
-        let mut z = n.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let u = (z >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
-        let lo = self.latency.saturating_sub(self.jitter);
-        lo + (self.jitter * 2).mul_f64(u)
-    }
-}
-
-impl SubModel for Slow {
-    fn identity(&self) -> String {
-        format!("slow-{}ms", self.latency.as_millis())
-    }
-
-    fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
-        let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let delay = self.delay(n);
-        Box::pin(async move {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            // Whole words (numbers stay whole), about half the budget's worth.
-            let words = (req.target_tokens / 2).max(3);
-            let text: Vec<&str> = req
-                .passages
-                .iter()
-                .flat_map(|p| p.text.split_whitespace())
-                .take(words)
-                .collect();
-            Ok(text.join(" "))
-        })
-    }
-}
+#[path = "common/mock.rs"]
+mod mock;
+use mock::{Mock, cpu_seconds, quantile_ms};
 
 const SPEAKERS: [&str; 10] = [
     "alice", "bob", "chen", "dana", "emil", "fatima", "goran", "hana", "ivan", "june",
@@ -135,6 +93,10 @@ struct Run {
     latency: Duration,
     calls: u64,
     wall: Duration,
+    /// Process CPU time (user + system) during the build.
+    cpu_s: f64,
+    /// Median and 90th percentile of the dispatch gap (see [`Mock::take_gaps`]), ms.
+    gap_ms: (f64, f64),
 }
 
 fn build_once(
@@ -147,22 +109,20 @@ fn build_once(
     let mut cfg = Config::default();
     cfg.build.concurrency = concurrency;
     cfg.store.ttl_secs = 0;
-    let model = Arc::new(Slow {
-        latency,
-        jitter,
-        calls: AtomicU64::new(0),
-    });
+    let model = Arc::new(Mock::new(latency, jitter));
     let engine = Engine::in_memory(cfg)
         .expect("engine")
         .with_model(model.clone());
     engine
         .ingest("bench", std::slice::from_ref(input), 1_800_000_000)
         .expect("ingest");
-    let t = Instant::now();
+    model.take_gaps(concurrency);
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     let r = rt
         .block_on(engine.compress("bench", 1_800_000_000, &NoProgress))
         .expect("build");
-    let wall = t.elapsed();
+    let (wall, cpu_s) = (t.elapsed(), cpu_seconds() - cpu);
+    let gaps = model.take_gaps(concurrency);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(
         r.fallbacks, 0,
@@ -174,6 +134,8 @@ fn build_once(
         latency,
         calls: r.model_calls,
         wall,
+        cpu_s,
+        gap_ms: (quantile_ms(&gaps, 0.5), quantile_ms(&gaps, 0.9)),
     }
 }
 
@@ -233,26 +195,31 @@ fn main() {
         let wall = r.wall.as_secs_f64();
         eprintln!(
             "concurrency {c}: {} calls in {wall:.3} s; ideal {ideal:.3} s (efficiency {:.3}), \
-             critical-path bound {tight:.3} s (efficiency {:.3})",
+             critical-path bound {tight:.3} s (efficiency {:.3}); CPU {:.2} s; dispatch gap \
+             median {:.3} ms, p90 {:.3} ms",
             r.calls,
             ideal / wall,
-            tight / wall
+            tight / wall,
+            r.cpu_s,
+            r.gap_ms.0,
+            r.gap_ms.1
         );
         rows.push(json!({
             "concurrency": r.concurrency, "calls": r.calls, "latency_ms": r.latency.as_millis() as u64,
             "jitter_ms": jitter.as_millis() as u64, "wall_s": wall, "ideal_s": ideal,
             "efficiency": ideal / wall, "critical_path_bound_s": tight,
-            "efficiency_vs_bound": tight / wall, "runs": n,
+            "efficiency_vs_bound": tight / wall, "runs": n, "cpu_s": r.cpu_s,
+            "dispatch_gap_ms": {"p50": r.gap_ms.0, "p90": r.gap_ms.1},
         }));
     }
 
     println!(
-        "| concurrency | calls | wall (s) | ideal calls×L/C (s) | efficiency | critical-path bound (s) | efficiency vs bound |"
+        "| concurrency | calls | wall (s) | ideal calls×L/C (s) | efficiency | critical-path bound (s) | efficiency vs bound | CPU (s) | dispatch gap p50 / p90 (ms) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.3} |",
+            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} | {:.3} / {:.3} |",
             r["concurrency"],
             r["calls"],
             r["wall_s"].as_f64().unwrap_or(0.0),
@@ -260,6 +227,9 @@ fn main() {
             r["efficiency"].as_f64().unwrap_or(0.0),
             r["critical_path_bound_s"].as_f64().unwrap_or(0.0),
             r["efficiency_vs_bound"].as_f64().unwrap_or(0.0),
+            r["cpu_s"].as_f64().unwrap_or(0.0),
+            r["dispatch_gap_ms"]["p50"].as_f64().unwrap_or(0.0),
+            r["dispatch_gap_ms"]["p90"].as_f64().unwrap_or(0.0),
         );
     }
     println!(
