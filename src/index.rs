@@ -194,6 +194,14 @@ impl Index {
         Ok((Self::from_index(index, f)?, false))
     }
 
+    /// Whether `dir` holds an index [`Index::open`] opens as it is (instead of starting
+    /// over): it exists, tantivy reads it, and its schema is this strata's.
+    pub(crate) fn readable(dir: &Path) -> bool {
+        let (schema, _) = schema();
+        dir.join("meta.json").exists()
+            && tantivy::Index::open_in_dir(dir).is_ok_and(|i| i.schema() == schema)
+    }
+
     fn create(dir: &Path, schema: Schema, f: Fields) -> Result<(Index, bool)> {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
             path: dir.to_path_buf(),

@@ -76,14 +76,23 @@ fn run(cli: Cli) -> Result<()> {
     // failed for lack of space that flush can wait forever (see `strata::disk`); a command
     // that fails has acknowledged nothing, and whatever it acknowledged before was flushed
     // before it was acknowledged, so leaving without that flush loses nothing.
+    // A command that only reads opens the store read-only: it writes nothing of its own
+    // (`Engine::open_read_only`), and, having written nothing, leaves without sled's
+    // closing flush (an fsync with nothing to write).
+    let read_only = cli.cmd.reads_only();
+    let opened = match read_only {
+        true => Engine::open_read_only(&cli.db, cfg),
+        false => Engine::open(&cli.db, cfg),
+    };
     let engine = std::mem::ManuallyDrop::new(std::sync::Arc::new(
-        Engine::open(&cli.db, cfg)
-            .with_context(|| format!("cannot open the store at {db_name}"))?,
+        opened.with_context(|| format!("cannot open the store at {db_name}"))?,
     ));
     let rt = runtime()?;
     let now = unix_now();
     run_command(cli.cmd, &engine, &rt, now, json)?;
-    drop(std::mem::ManuallyDrop::into_inner(engine));
+    if !engine.is_read_only() {
+        drop(std::mem::ManuallyDrop::into_inner(engine));
+    }
     Ok(())
 }
 
@@ -566,7 +575,7 @@ fn stats(engine: &Engine, now: u64, json: bool) -> Result<()> {
     }
     let index = if s.unindexed > 0 {
         format!(
-            "{} indexed, {} changes pending (applied at the next build or query)",
+            "{} indexed, {} changes pending (applied by the next command that writes: ingest, compress, gc, reindex, serve)",
             s.indexed_docs, s.unindexed
         )
     } else if s.indexed_docs == s.nodes as u64 {

@@ -147,6 +147,22 @@ pub enum Cmd {
     Eval(Box<EvalArgs>),
 }
 
+impl Cmd {
+    /// Commands that only read the store: they open it read-only
+    /// (`Engine::open_read_only`). `context` and `query` still build missing or expired
+    /// levels first, which writes.
+    pub fn reads_only(&self) -> bool {
+        matches!(
+            self,
+            Cmd::Stats
+                | Cmd::Context { .. }
+                | Cmd::Query { .. }
+                | Cmd::Grep { .. }
+                | Cmd::Trace { .. }
+        )
+    }
+}
+
 /// `--since` / `--until`: only what was said in a time range (sources without a time are
 /// then left out).
 #[derive(clap::Args)]

@@ -66,6 +66,7 @@ impl Engine {
         refresh_before: Option<u64>,
         progress: &dyn Progress,
     ) -> Result<(BuildReport, Plan)> {
+        self.writing();
         let plan = self.plan(scope)?;
         if !self.is_complete(&plan, now)? {
             // A build writes at most about its scope's text again per level (~4 bytes a

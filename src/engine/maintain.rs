@@ -13,8 +13,9 @@ pub struct Stats {
     pub scopes: Vec<ScopeStats>,
     pub nodes: usize,
     pub indexed_docs: u64,
-    /// Node changes stored but not yet committed to the index (0 after any open, build,
-    /// ingest or query: they are applied then).
+    /// Node changes stored but not yet committed to the index: 0 after any build, ingest,
+    /// gc or query of a writer and after a writer's open, which apply them; a command that
+    /// only reads ([`Engine::open_read_only`]) leaves them to the next writer.
     pub unindexed: usize,
     pub next_expiry: Option<u64>,
     pub disk_bytes: u64,
@@ -102,6 +103,7 @@ impl Engine {
     /// Removes expired nodes, and nodes no scope's current tree reaches (left behind by
     /// changed sources or another compressor), from the store and the index.
     pub fn gc(&self, now: u64) -> Result<GcReport> {
+        self.writing();
         let expired = self.store.sweep(now)?;
         // The ids before the trees: a node another process writes meanwhile (a shared
         // store) is in a tree read after it, never taken for unreachable.
@@ -140,6 +142,7 @@ impl Engine {
     /// Rebuilds the index from the store: every stored node. Marks of changes made while
     /// it runs stay pending for the next [`Engine::sync_index`].
     pub fn reindex(&self) -> Result<usize> {
+        self.writing();
         let _g = self.index_sync.lock().expect("index sync lock poisoned");
         let pending = self.store.pending_index()?;
         self.index.delete_all()?;

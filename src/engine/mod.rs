@@ -25,6 +25,7 @@ use crate::plan::Plan;
 use crate::store::{ScopeRecord, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub struct Engine {
     store: Store,
@@ -48,6 +49,10 @@ pub struct Engine {
     /// The store's directory (`None`: in memory), whose file system writes are checked
     /// against before they begin.
     dir: Option<PathBuf>,
+    /// Opened by a command that only reads ([`Engine::open_read_only`]) and nothing written
+    /// since: index work left pending by a writer stays pending for the next writer. Set
+    /// off by the first write (a build of missing or expired levels, an ingest).
+    read_only: AtomicBool,
 }
 
 impl Engine {
@@ -62,6 +67,67 @@ impl Engine {
         }
         let store = Store::open(dir)?;
         Engine::open_on(store, &dir.join("index"), Some(dir.to_path_buf()), cfg)
+    }
+
+    /// Opens the store and index under `dir` for a command that only reads (`stats`,
+    /// `context`, `query`, `grep`, `trace`): nothing of strata's is written — no index
+    /// catch-up or commit (index work a writer left pending is reported by
+    /// [`Engine::stats`] as `unindexed` and done by the next writer), no flush — unless
+    /// the command must write after all: context and query build missing or expired
+    /// levels first, as with [`Engine::open`]. What sled writes at every open is in
+    /// `SledBackend::open_read_only`. A missing or unreadable index is rebuilt as by
+    /// [`Engine::open`] (the store is the truth; searches need it); a directory that holds
+    /// no store yet opens as an empty store in memory, and creates nothing. A
+    /// `postgres://` URL opens as with [`Engine::open`].
+    pub fn open_read_only(dir: &Path, cfg: Config) -> Result<Engine> {
+        if crate::replica::database_url(dir).is_some() {
+            return Engine::open(dir, cfg);
+        }
+        if !dir.join("store").exists() {
+            let e = Engine::from_parts(Store::in_memory(), Index::in_memory()?, cfg)?;
+            e.read_only.store(true, Ordering::Relaxed);
+            return Ok(e);
+        }
+        let index_dir = dir.join("index");
+        if !Index::readable(&index_dir) {
+            // The same path as a writer's open: the index is rebuilt from the store.
+            return Engine::open(dir, cfg);
+        }
+        let store = Store::open_read_only(dir)?;
+        if store.index_must_rebuild()? {
+            drop(store);
+            return Engine::open(dir, cfg);
+        }
+        let (index, _) = Index::open(&index_dir)?;
+        let mut e = Engine::from_parts(store, index, cfg)?;
+        e.dir = Some(dir.to_path_buf());
+        e.read_only.store(true, Ordering::Relaxed);
+        let (docs, nodes, pending) = (
+            e.index.n_docs(),
+            e.store.n_nodes(),
+            e.store.n_pending_index(),
+        );
+        if pending > 0 || docs != nodes as u64 {
+            tracing::warn!(
+                pending,
+                docs,
+                nodes,
+                "the index is behind the store: searches miss the difference until the next \
+                 command that writes (e.g. `strata reindex`)"
+            );
+        }
+        Ok(e)
+    }
+
+    /// Whether nothing has been written since [`Engine::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Called by every path that writes, before it does: from then on this engine keeps
+    /// the index up to date like any writer.
+    fn writing(&self) {
+        self.read_only.store(false, Ordering::Relaxed);
     }
 
     /// Opens an engine on `store` with its index in `index_dir`; `dir` is the directory
@@ -120,6 +186,7 @@ impl Engine {
             write: std::sync::Mutex::new(()),
             index_sync: std::sync::Mutex::new(()),
             dir: None,
+            read_only: AtomicBool::new(false),
         })
     }
 
@@ -164,7 +231,12 @@ impl Engine {
     /// that moved meanwhile stays). Run at open, at the end of every build, ingest and gc,
     /// and before every query: the index never lags the store without the store knowing.
     /// Returns how many node changes it applied.
+    /// An engine opened read-only that has written nothing leaves the pending work to
+    /// the next writer and returns 0.
     pub fn sync_index(&self) -> Result<usize> {
+        if self.is_read_only() {
+            return Ok(0);
+        }
         let _g = self.index_sync.lock().expect("index sync lock poisoned");
         let pending = self.store.pending_index()?;
         if pending.is_empty() {

@@ -384,6 +384,14 @@ impl Store {
         Ok(Store::new(Arc::new(self::sled::SledBackend::open(dir)?)))
     }
 
+    /// Opens the existing sled store in `dir` for reading (see
+    /// `SledBackend::open_read_only` for what sled writes anyway).
+    pub fn open_read_only(dir: &Path) -> Result<Store> {
+        Ok(Store::new(Arc::new(
+            self::sled::SledBackend::open_read_only(dir)?,
+        )))
+    }
+
     /// Opens (or creates) the PostgreSQL store at `url` as replica `replica`, with a pool of
     /// `pool_size` connections; `keep` lives as long as the store (the lock on the
     /// replica's index directory).

@@ -18,6 +18,7 @@ mod openai;
 mod pipeline;
 mod postgres;
 mod props;
+mod readonly;
 mod reduce;
 mod replicas;
 mod script;

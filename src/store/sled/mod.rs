@@ -97,6 +97,21 @@ impl SledBackend {
             path: dir.to_path_buf(),
             err: source,
         })?;
+        Self::open_with(dir, Some(500))
+    }
+
+    /// Opens the existing store in `dir` for a command that only reads. sled 0.34.7 has no
+    /// read-only mode: every open zero-fills the unused tail of its active log segment and
+    /// every free segment (bytes that are zero already after the first open), fsyncs, and,
+    /// when the log has grown since its last snapshot, writes a new snapshot (`snap.*`) and
+    /// deletes the old one. What is left out here is the rest: sled's background flusher,
+    /// which fsyncs every 500 ms, changed or not. A reader that goes on to write (a build)
+    /// flushes explicitly, as every write path does before it reports success.
+    pub fn open_read_only(dir: &Path) -> Result<SledBackend> {
+        Self::open_with(dir, None)
+    }
+
+    fn open_with(dir: &Path, flush_every_ms: Option<u64>) -> Result<SledBackend> {
         // Files a full disk or a crash left unreadable are set aside and the open
         // retried; see `repair`. A lock held a moment longer by a handle of this process
         // that is closing (sled's flusher thread ends after the last `Db` is dropped) is
@@ -104,7 +119,9 @@ impl SledBackend {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         let (db, repaired) = loop {
             match repair::open_db(&dir.join("store"), || {
-                sled::Config::new().cache_capacity(256 * 1024 * 1024)
+                sled::Config::new()
+                    .cache_capacity(256 * 1024 * 1024)
+                    .flush_every_ms(flush_every_ms)
             }) {
                 Ok(v) => break v,
                 // sled reports a store locked by another process as a generic I/O error
