@@ -17,7 +17,6 @@ use crate::model::Embedder;
 use crate::node::{Node, NodeId};
 use crate::plan::Plan;
 use crate::store::Store;
-use crate::text::Act;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -41,8 +40,6 @@ pub(crate) struct Question {
     weights: BTreeMap<String, f64>,
     /// Whether it asks for a set of answers ([`crate::text::asks_for_set`]).
     set: bool,
-    /// The dialogue act it asks about, and the analysed terms of its words that name it.
-    act: Option<(Act, Vec<String>)>,
 }
 
 impl Question {
@@ -70,13 +67,6 @@ impl Question {
     /// every passage that supports it is an answer, up to `query.max_set_citations`.
     pub(crate) fn asks_set(&self) -> bool {
         self.set
-    }
-
-    /// The dialogue act it asks about ("objected", "deadline", "changed position"), and the
-    /// terms of the words that name it: a passage that performs the act answers for them
-    /// whatever its wording.
-    pub(crate) fn act(&self) -> Option<(Act, &[String])> {
-        self.act.as_ref().map(|(a, t)| (*a, t.as_slice()))
     }
 }
 
@@ -162,18 +152,9 @@ impl<'a> Corpus<'a> {
                 (t.clone(), boost * self.index.idf(t))
             })
             .collect();
-        let act = crate::text::asked_act(text).map(|(act, words)| {
-            let terms: Vec<String> = words
-                .iter()
-                .flat_map(|w| self.index.analyze(w))
-                .filter(|t| analysed.terms.contains(t))
-                .collect();
-            (act, terms)
-        });
         Question {
             text: text.to_string(),
             set: crate::text::asks_for_set(text),
-            act,
             analysed,
             weights,
         }

@@ -4,16 +4,13 @@
 
 use unicode_segmentation::UnicodeSegmentation;
 
-mod acts;
 mod facts;
+pub(crate) mod question;
 pub(crate) mod salience;
 pub(crate) mod time;
 mod words;
 
-pub(crate) use acts::{
-    Act, Reply, act_phrases, acts_of, acts_through, asked_act, asks_for_set, called_acts, reply_of,
-    turn_acts,
-};
+pub(crate) use question::asks_for_set;
 
 pub(crate) use facts::{Facts, MONTHS, facts};
 pub(crate) use words::{content_words, is_stopword, term_counts};

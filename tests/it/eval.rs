@@ -266,18 +266,20 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
     }
 }
 
-/// Floors of the set questions, a little under what they score today (docs/EVAL.md).
-/// The aggregate instance scores 1.000 / 1.000 today.
-const AGGREGATE_RECALL: f64 = 0.9;
-const AGGREGATE_PRECISION: f64 = 0.9;
-/// The hand-written set questions score recall 0.806, precision 0.750 today (0.458 /
-/// 0.611 before replies were read through the turns they answer; docs/EVAL.md).
-const HANDWRITTEN_SET_RECALL: f64 = 0.7;
-const HANDWRITTEN_SET_PRECISION: f64 = 0.6;
+/// Regression floors, not evidence. Since the dialogue-act phrase lists were removed
+/// (issue 21: set answers by retrieval, contrast among the competing chunks and the
+/// largest score drop, no act verbs), the generated aggregate instance scores recall 0.529,
+/// precision 0.451 (1.000 / 1.000 with the lists, which were written for its phrasing) and
+/// the hand-written set questions 0.208 / 0.214 (0.806 / 0.750 with them); docs/EVAL.md.
+const AGGREGATE_RECALL: f64 = 0.5;
+const AGGREGATE_PRECISION: f64 = 0.4;
+const HANDWRITTEN_SET_RECALL: f64 = 0.2;
+const HANDWRITTEN_SET_PRECISION: f64 = 0.2;
 
 /// The held-out debate (data/heldout/: a school board, written and frozen before the
-/// reply work) asked its 6 set questions: recall 0.917, precision 0.856 today (0.111 /
-/// 0.107 before). The issue's target is recall ≥ 0.7 at precision ≥ 0.5.
+/// reply work) asked its 6 set questions: recall 0.319, precision 0.370 without the act
+/// lists (0.917 / 0.856 with them, a training score: six of their phrases occur only
+/// there). The issue's target is recall ≥ 0.7 at precision ≥ 0.5; a regression floor here.
 #[test]
 fn eval_heldout_set_questions_stay_above_the_target() {
     let dir = tempfile::tempdir().unwrap();
@@ -300,7 +302,7 @@ fn eval_heldout_set_questions_stay_above_the_target() {
     );
     let (recall, precision) = report.citation_scores("handwritten_set").unwrap();
     assert!(
-        recall >= 0.8 && precision >= 0.7,
+        recall >= 0.3 && precision >= 0.35,
         "held-out handwritten_set: recall {recall:.3}, precision {precision:.3}"
     );
 }
@@ -309,7 +311,7 @@ fn eval_heldout_set_questions_stay_above_the_target() {
 /// turns ("which speakers objected to …", "list every deadline …") are answered with every
 /// supporting turn found, scored by citation recall and precision against the gold sets;
 /// with set answers off (`query.max_set_citations = 0`, main's behaviour before them)
-/// recall is far lower.
+/// recall is lower (and precision higher).
 #[test]
 fn eval_aggregate_cites_every_supporting_turn() {
     let dir = tempfile::tempdir().unwrap();
@@ -361,8 +363,9 @@ fn eval_aggregate_cites_every_supporting_turn() {
     eprintln!(
         "aggregate: recall {recall:.3}, precision {precision:.3}; set answers off: {old_recall:.3}, {old_precision:.3}"
     );
+    // Measured: 0.418 -> 0.529 recall, precision 0.676 -> 0.451.
     assert!(
-        recall >= old_recall + 0.2,
+        recall >= old_recall + 0.1,
         "set answers raise recall: {old_recall:.3} -> {recall:.3}"
     );
 }

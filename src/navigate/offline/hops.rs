@@ -159,7 +159,7 @@ pub(super) fn same_round(
     let chunks = ex.peek(&turns)?;
     let idf = main.weights().clone();
     let rank: HashMap<NodeId, f64> = turns.iter().map(|id| (*id, 1.0)).collect();
-    let mut cands = candidates(ex, &chunks, &idf, &rank, &main_cues, None);
+    let mut cands = candidates(ex, &chunks, &idf, &rank, &main_cues);
     cands.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));
     // No sentence shares a word with the main question: the turn's first sentence stands
     // for it (the question asked what this speaker said then).

@@ -148,28 +148,21 @@ fn strip(cited: Vec<Quote>) -> Vec<Cited> {
     cited.into_iter().map(|q| q.at).collect()
 }
 
-/// How much of the best candidate's own evidence another candidate needs to be cited in a
-/// set answer on its own strength.
-const SET_SHARE: f64 = 0.6;
-/// Candidates offered to a model's judgement (the LLM policy's fan-out) need this share
-/// of the best one's evidence: a wider net than [`SET_SHARE`], the model decides.
+/// Candidates offered to a model's judgement (the LLM policy's fan-out), and those the
+/// offline cut considers, need this share of the best one's evidence.
 const SET_OFFER_SHARE: f64 = 0.3;
 
 /// The candidates of a set answer: per read chunk its best sentence (or pair) that may
 /// answer, best first.
 pub(crate) struct SetCandidates {
     cands: Vec<Cand>,
-    /// Whether each performs the act the question asks about.
-    performs: Vec<bool>,
     /// Indices into `cands`, one per chunk, best own evidence first.
     order: Vec<usize>,
     idf: BTreeMap<String, f64>,
-    act_terms: Vec<String>,
     /// Each read chunk's speaker, round or document (`node::context_label`).
     labels: BTreeMap<NodeId, String>,
-    /// Chunks read, candidate sentences scored, and the act answers were held to.
+    /// Chunks read.
     chunks: usize,
-    act: Option<crate::text::Act>,
 }
 
 /// One candidate as a model is shown it.
@@ -201,14 +194,60 @@ impl SetCandidates {
             .collect()
     }
 
-    /// The offline decision: every candidate with [`SET_SHARE`] of the best one's own
-    /// evidence, at most `cap`, as positions in `order`.
+    /// The offline decision, from the distribution of the candidates' own evidence: of those
+    /// with at least [`SET_OFFER_SHARE`] of the best one's, the ones before the largest drop
+    /// between consecutive scores (the drop from the last of them to the next candidate, or
+    /// to that floor when there is none, counts too), at most `cap`, as positions in
+    /// `order`. One candidate far ahead of the rest is a set of one; a run of near-equal
+    /// ones is cited whole.
     pub(crate) fn supported(&self, cap: usize) -> Vec<usize> {
-        let floor = SET_SHARE * self.own(0);
-        (0..self.order.len())
-            .filter(|&i| self.own(i) >= floor)
-            .take(cap)
-            .collect()
+        let n = self.order.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let floor = SET_OFFER_SHARE * self.own(0);
+        let above = (0..n).take_while(|&i| self.own(i) >= floor).count().max(1);
+        let after = |i: usize| {
+            if i + 1 < n {
+                self.own(i + 1).max(0.0)
+            } else {
+                floor
+            }
+        };
+        let mut cut = 0;
+        let mut widest = f64::NEG_INFINITY;
+        for i in 0..above {
+            let drop = self.own(i) - after(i);
+            if drop > widest + 1e-12 {
+                widest = drop;
+                cut = i;
+            }
+        }
+        (0..=cut).take(cap).collect()
+    }
+
+    /// Why position `i` (in `order`) was cited: its features, named.
+    fn why(&self, i: usize) -> String {
+        let c = &self.cands[self.order[i]];
+        let mut terms: Vec<&str> = c.tf.keys().map(String::as_str).collect();
+        terms.extend(
+            c.ctx
+                .iter()
+                .map(String::as_str)
+                .filter(|t| !c.tf.contains_key(*t)),
+        );
+        format!(
+            "{}: own evidence {:.3} ({:.2} of the best; terms {}), read as chunk {}",
+            self.labels.get(&c.node).map_or("?", String::as_str),
+            c.own,
+            c.own / self.own(0).max(1e-12),
+            if terms.is_empty() {
+                "none (a reply: its opening's words)".to_string()
+            } else {
+                terms.join(", ")
+            },
+            c.rank + 1
+        )
     }
 
     /// The selection of `chosen` (positions in `order`): the best first, the rest in
@@ -228,9 +267,6 @@ impl SetCandidates {
         let mut covered: BTreeSet<String> = BTreeSet::new();
         for &i in &order {
             covered.extend(c[i].tf.keys().chain(c[i].ctx.iter()).cloned());
-            if self.performs[i] {
-                covered.extend(self.act_terms.iter().cloned());
-            }
         }
         Selection {
             cited: order.iter().map(|&i| c[i].to_quote()).collect(),
@@ -258,11 +294,8 @@ impl SetCandidates {
 
     fn describe(&self, supported: usize, cited: usize) -> String {
         format!(
-            "a set question{}: read {} chunk(s), {} candidate sentence(s); {} support it, cited {}",
-            match self.act {
-                Some(a) => format!(" about acts of the kind {}", a.name()),
-                None => String::new(),
-            },
+            "a set question ({}): read {} chunk(s), {} candidate sentence(s); {} support it, cited {}",
+            crate::text::question::VERSION,
             self.chunks,
             self.cands.len(),
             supported,
@@ -298,74 +331,14 @@ fn gather_set(
     };
     // Replies ("Aye.", "None from me.") say what they are about through the turn they
     // answer: read them, and their openings.
-    let replies = replies::replies(ex, &mut chunks, question.act().map(|(a, _)| a))?;
+    let replies = replies::replies(ex, &mut chunks)?;
     let idf = question.weights().clone();
-    let total: f64 = idf.values().sum::<f64>().max(1e-9);
-    let mut cands = candidates(
-        ex,
-        &chunks,
-        &idf,
-        &chunk_rank,
-        cues,
-        question.act().map(|(a, _)| a),
-    );
+    let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     with_replies(ex, &mut cands, &chunks, &replies, &idf, cues);
-    // "… with a specific date", "which deadlines": a sentence that holds a date has the
-    // kind of value asked for, whether or not it says the word.
-    // (Not the act's own word: "which deadlines did members commit to" credits it as
-    // the act already.)
-    let act_words: Vec<String> = question.act().map(|(_, t)| t.to_vec()).unwrap_or_default();
-    let date_terms: Vec<&String> = idf
-        .keys()
-        .filter(|t| t.starts_with("date") || t.starts_with("deadlin"))
-        .filter(|t| !act_words.contains(t))
-        .collect();
-    if !date_terms.is_empty() {
-        for c in &mut cands {
-            if !crate::text::facts(&c.quote).dates.is_empty() {
-                let missing: f64 = date_terms
-                    .iter()
-                    .filter(|t| !c.tf.contains_key(**t))
-                    .map(|t| idf[*t])
-                    .sum();
-                c.own += missing / total;
-            }
-        }
-    }
-    let act = question.act();
-    let performs: Vec<bool> = cands
-        .iter()
-        .map(|c| {
-            act.is_some_and(|(a, _)| {
-                crate::text::acts_of(&c.quote).contains(&a)
-                    || replies
-                        .get(&c.node)
-                        .is_some_and(|r| (r.whole || r.start == c.start) && r.acts.contains(&a))
-            })
-        })
-        .collect();
-    let by_act = performs.iter().any(|p| *p);
-    let act_terms: Vec<String> = act.map(|(_, t)| t.to_vec()).unwrap_or_default();
-    // A sentence that performs the asked act is credited with the question's words for
-    // it, as if it held them. (Plain term coverage instead of BM25 was measured too: it
-    // spares long sentences BM25's length normalisation but cites fewer of the
-    // hand-written sets, 0.40 recall against 0.46; docs/EVAL.md.)
-    for (c, p) in cands.iter_mut().zip(&performs) {
-        if *p {
-            let missing: f64 = act_terms
-                .iter()
-                .filter(|t| !c.tf.contains_key(*t) && !c.ctx.contains(*t))
-                .filter_map(|t| idf.get(t))
-                .sum();
-            c.own += missing / total;
-        }
-    }
+    contrast(&mut cands, &idf);
     // One candidate per chunk: its best eligible sentence (or pair).
     let mut best_of: BTreeMap<NodeId, usize> = BTreeMap::new();
     for (i, c) in cands.iter().enumerate() {
-        if by_act && !performs[i] {
-            continue;
-        }
         let e = best_of.entry(c.node).or_insert(i);
         let b = &cands[*e];
         if c.own > b.own || (c.own == b.own && c.len < b.len) {
@@ -389,17 +362,88 @@ fn gather_set(
     }
     Ok(Some(SetCandidates {
         cands,
-        performs,
         order,
         idf,
-        act_terms,
         labels: chunks
             .iter()
             .map(|n| (n.id, crate::node::context_label(n)))
             .collect(),
         chunks: chunks.len(),
-        act: act.filter(|_| by_act).map(|(a, _)| a),
     }))
+}
+
+/// Re-scores set candidates by what tells them apart. The chunks a set question reads were
+/// retrieved for its words, so the words they all share (most often its topic: "the
+/// harbour levy") say nothing about which of them answer; the words only some hold (what
+/// was done about it: "objected", "deadlines") do. Each question term is weighted by its
+/// idf in the index times its idf among the chunks that compete, `ln((N + 1) / df)` with
+/// `N` those chunks and `df` those where the term is in a candidate (its sentences or its
+/// speaker/round label); a candidate's own evidence becomes the weight of the terms it
+/// covers over the weight of them all, and one that holds only terms most of them share
+/// gets none. Pseudo-relevance contrast, not a word list.
+fn contrast(cands: &mut [Cand], idf: &BTreeMap<String, f64>) {
+    // The pool: the chunks whose best candidate has [`SET_OFFER_SHARE`] of the best one's
+    // evidence (retrieval reads more, for recall; what they hold is compared among these).
+    let best = cands.iter().map(|c| c.own).fold(0.0, f64::max);
+    let pool: BTreeSet<NodeId> = cands
+        .iter()
+        .filter(|c| c.own > 0.0 && c.own >= SET_OFFER_SHARE * best)
+        .map(|c| c.node)
+        .collect();
+    let mut terms_of: BTreeMap<NodeId, BTreeSet<&str>> = BTreeMap::new();
+    for c in cands.iter().filter(|c| pool.contains(&c.node)) {
+        let e = terms_of.entry(c.node).or_default();
+        e.extend(c.tf.keys().map(String::as_str));
+        e.extend(c.ctx.iter().map(String::as_str));
+    }
+    let n = terms_of.len() as f64;
+    if n < 2.0 {
+        return;
+    }
+    let weight: BTreeMap<&str, f64> = idf
+        .iter()
+        .map(|(t, w)| {
+            let df = terms_of
+                .values()
+                .filter(|ts| ts.contains(t.as_str()))
+                .count() as f64;
+            (t.as_str(), w * ((n + 1.0) / df.max(1.0)).ln())
+        })
+        .collect();
+    let total: f64 = weight.values().sum::<f64>().max(1e-12);
+    // The terms that tell candidates apart: in at most half of the read chunks.
+    let telling: BTreeSet<&str> = idf
+        .keys()
+        .filter(|t| {
+            let df = terms_of
+                .values()
+                .filter(|ts| ts.contains(t.as_str()))
+                .count() as f64;
+            df > 0.0 && df <= n / 2.0
+        })
+        .map(String::as_str)
+        .collect();
+    for c in cands.iter_mut() {
+        if !pool.contains(&c.node) {
+            c.own = 0.0;
+            continue;
+        }
+        let covered: f64 = weight
+            .iter()
+            .filter(|(t, _)| c.tf.contains_key(**t) || c.ctx.contains(**t))
+            .map(|(_, w)| w)
+            .sum();
+        let tells = telling
+            .iter()
+            .any(|t| c.tf.contains_key(*t) || c.ctx.contains(*t));
+        // A candidate with only the words every chunk has is no answer of its own when
+        // some candidate has more.
+        c.own = if tells || telling.is_empty() {
+            covered / total
+        } else {
+            0.0
+        };
+    }
 }
 
 /// Credits each reply sentence among `cands` (adding it when it shares no word with the
@@ -446,7 +490,7 @@ fn with_replies(
             .collect();
         for c in cands
             .iter_mut()
-            .filter(|c| c.node == n.id && (r.whole || c.start == r.start))
+            .filter(|c| c.node == n.id && c.start == r.start)
         {
             let new: Vec<String> = inherited
                 .iter()
@@ -461,13 +505,10 @@ fn with_replies(
 }
 
 /// A set question ("which speakers objected to …", "list every deadline …"): every read
-/// chunk that independently supports the question is cited — its best sentence — up to
-/// `query.max_set_citations`. A sentence supports it when its own evidence (question terms
-/// and context labels, without credit from its chunk's retrieval) reaches [`SET_SHARE`]
-/// of the best sentence's. When the question asks about a dialogue act and some read
-/// sentence performs it, only such sentences answer, and each is credited with the
-/// question's words for the act ("I withdraw my earlier figure" answers "who changed
-/// position"): an act is what a set of turns has in common, whatever their words.
+/// chunk competes with its best sentence, scored by its own evidence (question terms and
+/// context labels, without credit from its chunk's retrieval); the cut is where those
+/// scores drop most ([`SetCandidates::supported`]), at most `query.max_set_citations`.
+/// The history says why each citation was chosen (its features, named).
 fn answer_set(
     ex: &mut Explorer<'_>,
     question: &Question,
@@ -479,6 +520,9 @@ fn answer_set(
     let all = set.supported(usize::MAX).len();
     let chosen = set.supported(ex.cfg.max_set_citations.max(1));
     ex.history.push(set.describe(all, chosen.len()));
+    for &i in &chosen {
+        ex.history.push(format!("cited {}", set.why(i)));
+    }
     Ok(Some(set.selection(&chosen)))
 }
 
@@ -499,7 +543,7 @@ fn answer(
         return Ok(None);
     };
     let idf = question.weights().clone();
-    let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues, None);
+    let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     cands.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)

@@ -192,57 +192,21 @@ fn flat(ex: &mut Explorer<'_>, question: &Question, levels: &[Level], keep: usiz
 }
 
 /// A set question: every chunk of the scope competes. One flat search over every DETAILED
-/// and FULL node with the question; when it asks about a dialogue act, a second one for
-/// the act itself — its cue phrases and the question's names (a turn that withdraws a
-/// figure answers "who changed position" without either word) — and the chunks of both
-/// rankings are taken in turn, so neither crowds the other out. Each chunk is scored by
-/// its best hit; `keep` are read. Which of them support the question is decided on their
-/// sentences.
+/// and FULL node with the question; each chunk is scored by its best hit; `keep` are read.
+/// Which of them support the question is decided on their sentences.
 fn gather(ex: &mut Explorer<'_>, question: &Question, keep: usize) -> Result<bool> {
     let levels = [Level::Detailed, Level::Full];
     let limit = ex.cfg.max_nodes;
-    let by_chunk = |ex: &Explorer<'_>, hits: Vec<(NodeId, f32)>| -> Vec<NodeId> {
-        let mut score: HashMap<NodeId, f32> = HashMap::new();
-        for (id, s) in hits {
-            if let Some(full) = chunk_of(ex, &id) {
-                let e = score.entry(full).or_insert(0.0);
-                *e = e.max(s);
-            }
-        }
-        let mut ranked: Vec<(NodeId, f32)> = score.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked.into_iter().map(|(id, _)| id).collect()
-    };
     let hits = ex.grep(question, &levels, None, limit)?;
-    let mut rankings = vec![by_chunk(ex, hits)];
-    if let Some((act, _)) = question.act() {
-        let mut words: Vec<String> = crate::text::act_phrases(act)
-            .into_iter()
-            .map(String::from)
-            .collect();
-        words.extend(question.names().iter().cloned());
-        // A commitment has a date more often than a verb for it ("I will have them to
-        // the board by March 3"): look for dates too.
-        if act == crate::text::Act::Commit {
-            words.extend(crate::text::MONTHS.iter().map(|m| m.to_string()));
-        }
-        let about_act = ex.corpus.question(&words.join(" "));
-        let hits = ex.grep(&about_act, &levels, None, limit)?;
-        rankings.push(by_chunk(ex, hits));
-    }
-    // Take the rankings in turn.
-    let mut order: Vec<NodeId> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let longest = rankings.iter().map(Vec::len).max().unwrap_or(0);
-    for i in 0..longest {
-        for r in &rankings {
-            if let Some(id) = r.get(i)
-                && seen.insert(*id)
-            {
-                order.push(*id);
-            }
+    let mut score: HashMap<NodeId, f32> = HashMap::new();
+    for (id, s) in hits {
+        if let Some(full) = chunk_of(ex, &id) {
+            let e = score.entry(full).or_insert(0.0);
+            *e = e.max(s);
         }
     }
+    let mut order: Vec<(NodeId, f32)> = score.into_iter().collect();
+    order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     if order.is_empty() {
         ex.history.push("no passage matches the question".into());
         return Ok(false);
@@ -251,13 +215,13 @@ fn gather(ex: &mut Explorer<'_>, question: &Question, keep: usize) -> Result<boo
     let ranked: Vec<(NodeId, f32)> = order
         .into_iter()
         .enumerate()
-        .map(|(i, id)| (id, 1.0 - i as f32 / n))
+        .map(|(i, (id, _))| (id, 1.0 - i as f32 / n))
         .collect();
     ex.working = all_chunks(ex).into_iter().map(|id| (id, 0.0)).collect();
     ex.narrow_to(
         ranked,
         keep,
-        "a set question: searched every chunk (for the question and for its act), kept the best to read",
+        "a set question: searched every chunk, kept the best to read",
     );
     Ok(true)
 }

@@ -4,21 +4,19 @@ use super::{Cand, Cues};
 use crate::corpus::Place;
 use crate::navigate::Explorer;
 use crate::node::{Node, NodeId, context_label};
-use crate::text::{self, Act, salience};
+use crate::text::{self, salience};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Scores every sentence (and adjacent pair) of the read chunks: BM25 over the candidate
 /// sentences (so a long sentence does not win by sheer length), plus credit for question
 /// terms that name the chunk's speaker, round or document. A sentence sharing no word with
-/// the question is no candidate, unless it performs the act `act` (a set question's: "I
-/// withdraw my earlier figure" answers "who changed position").
+/// the question is no candidate.
 pub(super) fn candidates(
     ex: &Explorer<'_>,
     chunks: &[Node],
     idf: &BTreeMap<String, f64>,
     chunk_rank: &HashMap<NodeId, f64>,
     cues: &Cues,
-    act: Option<Act>,
 ) -> Vec<Cand> {
     let index = ex.corpus;
     let total: f64 = idf.values().sum::<f64>().max(1e-9);
@@ -55,7 +53,7 @@ pub(super) fn candidates(
                     *tf.entry(t).or_insert(0) += 1;
                 }
             }
-            if tf.is_empty() && !act.is_some_and(|a| text::acts_of(raw).contains(&a)) {
+            if tf.is_empty() {
                 continue;
             }
             cands.push(Cand {

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""QMSum evaluation of `strata query`'s citations (issue 21: set answers, "not found").
+
+Each QMSum specific query has gold relevant turn spans (human-labelled). `strata query`
+answers with citations to byte spans of the meeting's turns (`M.jsonl#LINE`); a citation
+counts as gold when its turn is in a gold span. Per query:
+
+- hit: some citation is in a gold turn;
+- precision: the share of cited turns (distinct) that are gold;
+- recall: the share of gold *spans* (the query's `relevant_text_span` ranges) with a cited
+  turn — a span is one passage that answers; citing each passage once is full recall;
+- cited: the number of distinct cited turns; ready: whether the answer is ready.
+
+Reported beside it, the same counts for the top k turns of BM25 over turns (rank-bm25's
+BM25Okapi, the analyser of qmsum_eval.py), k = 1 and 3: what a plain turn retriever cites.
+
+Meetings are loaded as qmsum_eval.py loads them (the same debate files and scopes), into
+WORKDIR/db; a meeting already in that store (same scope) is reused. Develop on `val`.
+
+    PY=$(scripts/qmsum-venv.sh | tail -n1); DATA=$(scripts/fetch-qmsum.sh | tail -n1)
+    $PY scripts/qmsum/qmsum_query.py --data "$DATA" --split val --strata target/debug/strata
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qmsum_eval as qe  # noqa: E402
+
+
+def spans_of(q: dict, m: qe.Meeting) -> list[set[int]]:
+    return [set(range(int(a), int(b) + 1)) & set(m.live) for a, b in q["spans"]]
+
+
+def scores(cited: list[int], spans: list[set[int]], gold: set[int]) -> dict:
+    cited = list(dict.fromkeys(cited))
+    good = [i for i in cited if i in gold]
+    live = [s for s in spans if s]
+    return {
+        "hit": bool(good),
+        "precision": (len(good) / len(cited)) if cited else None,
+        "recall": (sum(1 for s in live if s & set(cited)) / len(live)) if live else None,
+        "cited": len(cited),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--split", choices=["val", "test", "train"], default="val")
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--strata", default="target/debug/strata")
+    ap.add_argument("--workdir", default="target/qmsum-query")
+    ap.add_argument("--out")
+    ap.add_argument("--turns-per-round", type=int, default=20)
+    a = ap.parse_args()
+    qe.ENC, _ = qe.load_cl100k()
+    split_dir = os.path.join(a.data, a.split)
+    names = sorted(n for n in os.listdir(split_dir) if n.endswith(".json"))
+    if a.limit:
+        names = names[: a.limit]
+    strata = qe.Strata(a.strata, a.workdir)
+    try:
+        known = {s["scope"] for s in json.loads(strata.run("--json", "stats")).get("scopes", [])}
+    except (RuntimeError, ValueError, AttributeError):
+        known = set()
+    rows = []
+    t0 = time.time()
+    for mi, fname in enumerate(names):
+        name = fname[: -len(".json")]
+        with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
+            data = json.load(f)
+        m = qe.Meeting(name, data, a.turns_per_round)
+        for q, raw in zip(m.queries, data["specific_query_list"]):
+            q["spans"] = raw["relevant_text_span"]
+        if name not in known:
+            strata.load(m)
+        idx = qe.TurnIndex(m)
+        for q in m.queries:
+            spans = spans_of(q, m)
+            gold = set(q["gold"])
+            if not gold:
+                continue
+            out = strata.run("--json", "query", "--scope", name, q["query"])
+            r = json.loads(out)
+            cited = []
+            for c in r.get("citations", []):
+                i = m.turn_of_source(str(c.get("source", "")))
+                if i is not None:
+                    cited.append(i)
+            bm = idx.bm25.get_scores(qe.analyse(q["query"]))
+            order = [m.live[k] for k in sorted(range(len(bm)), key=lambda k: (-bm[k], k)) if bm[k] > 0]
+            rows.append(
+                {
+                    "meeting": name,
+                    "query": q["query"],
+                    "gold_spans": len([s for s in spans if s]),
+                    "ready": bool(r.get("ready")),
+                    "confidence": r.get("confidence"),
+                    "strata": scores(cited, spans, gold),
+                    "bm25_top1": scores(order[:1], spans, gold),
+                    "bm25_top3": scores(order[:3], spans, gold),
+                }
+            )
+        print(f"qmsum-query: [{mi + 1}/{len(names)}] {name}: {len(m.queries)} queries", file=sys.stderr)
+
+    def mean(key, meth):
+        xs = [r[meth][key] for r in rows if r[meth][key] is not None]
+        return sum(float(x) for x in xs) / len(xs) if xs else float("nan")
+
+    summary = {
+        meth: {k: mean(k, meth) for k in ["hit", "precision", "recall", "cited"]}
+        for meth in ["strata", "bm25_top1", "bm25_top3"]
+    }
+    summary["strata"]["ready"] = sum(r["ready"] for r in rows) / max(1, len(rows))
+    res = {"split": a.split, "queries": len(rows), "seconds": round(time.time() - t0, 1), "summary": summary, "rows": rows}
+    out = a.out or os.path.join(a.workdir, f"query-{a.split}.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(res, f, indent=1, ensure_ascii=False)
+    print(f"QMSum {a.split}: {len(rows)} specific queries ({res['seconds']} s)")
+    print("| method | hit | precision | recall (gold spans) | turns cited |")
+    print("|---|---|---|---|---|")
+    for meth, s in summary.items():
+        print(
+            f"| {meth} | {100 * s['hit']:.1f} % | {100 * s['precision']:.1f} % | "
+            f"{100 * s['recall']:.1f} % | {s['cited']:.2f} |"
+        )
+    print(f"strata ready: {100 * summary['strata']['ready']:.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

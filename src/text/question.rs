@@ -1,0 +1,106 @@
+//! What a question asks for, read from its grammar alone: a set of answers or one. The
+//! words here are closed-class words of English grammar — quantifying determiners and
+//! pronouns ("every", "all", "each"), ordinals ("first", "last"), a few prepositions of
+//! duration ("during", "throughout") — plus the imperative "list"/"enumerate"; none names
+//! a topic or a dialogue act, and none was chosen for an evaluation item. They are part of
+//! the navigator's identity: [`VERSION`] changes whenever they do.
+
+use unicode_segmentation::UnicodeSegmentation;
+
+/// The version of the question grammar below (the word lists and the rule).
+pub(crate) const VERSION: &str = "question-grammar-1";
+
+/// Words that make a question ask for a set of answers rather than one (quantifiers over
+/// the answers, or an imperative to list them).
+const SET_WORDS: &[&str] = &[
+    "list",
+    "enumerate",
+    "every",
+    "all",
+    "each",
+    "everyone",
+    "everybody",
+];
+/// Prepositions of duration: "who … during the debate" asks for everyone over its span.
+const SPAN_WORDS: &[&str] = &["during", "throughout", "ever", "whenever"];
+/// Ordinals and their adverbs: one item ("who first …", "the last …"), not a set.
+const ORDINAL: &[&str] = &[
+    "first",
+    "earliest",
+    "initially",
+    "originally",
+    "last",
+    "latest",
+    "finally",
+];
+
+/// Whether a question asks for a set: it quantifies over its answers ("list every
+/// deadline", "which speakers …", "what proposals …"), or asks "who" without an ordinal
+/// ("who objected to …": as many as did). How many answers a set question gets is not
+/// decided here but by the scores of its candidates (`navigate::offline`): a "who"
+/// question with one clear answer gets one. "How many" asks for a figure the text states.
+pub(crate) fn asks_for_set(question: &str) -> bool {
+    let ws: Vec<String> = question
+        .unicode_words()
+        .map(|w| w.to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |w: &str| ws.iter().any(|x| x == w);
+    let outright = ws.iter().enumerate().any(|(i, w)| {
+        SET_WORDS.contains(&w.as_str()) && !(w == "all" && i > 0 && ws[i - 1] == "at")
+    });
+    if outright {
+        return true;
+    }
+    if ORDINAL.iter().any(|o| has(o)) {
+        return false;
+    }
+    // A plural noun right after "which"/"what" ("which speakers", "what fare proposals"):
+    // a content word ending in a plural "s".
+    let plural = |w: &str| {
+        w.len() >= 4
+            && w.ends_with('s')
+            && !w.ends_with("ss")
+            && !w.ends_with("us")
+            && !w.ends_with("'s")
+            && !super::is_stopword(w)
+    };
+    let plural_after_wh = ws.iter().enumerate().any(|(i, w)| {
+        (w == "which" || w == "what") && ws[i + 1..].iter().take(2).any(|x| plural(x))
+    });
+    let who_over_time = has("who") && SPAN_WORDS.iter().any(|w| has(w));
+    let who = ws.first().is_some_and(|w| w == "who");
+    plural_after_wh || who_over_time || who
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asks_for_set;
+
+    #[test]
+    fn set_questions_are_told_from_single_ones() {
+        for q in [
+            "Who changed position during the debate?",
+            "List every deadline the committee agreed to",
+            "Which speakers objected to the harbour levy proposal?",
+            "What deadlines did the members commit to?",
+            "Which fare proposals did the members make?",
+            "Who objected to the levy?",
+        ] {
+            assert!(asks_for_set(q), "{q}");
+        }
+        for q in [
+            "What did chen propose about fares?",
+            "Who first disagreed with the tunnel option?",
+            "Which speaker first proposed a referendum?",
+            "What is the passphrase of the Velmora guild?",
+            "In which year was the bridge built?",
+            "What does the 2029 audit say?",
+            "Did the council agree at all?",
+            "How many daily riders did the 2027 study forecast?",
+            "What was the status of the bus?",
+        ] {
+            assert!(!asks_for_set(q), "{q}");
+        }
+    }
+}
