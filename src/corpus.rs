@@ -160,6 +160,27 @@ impl<'a> Corpus<'a> {
         }
     }
 
+    /// The question's term weights within `scopes` ([`Index::scoped_idf`], names boosted as
+    /// in [`Question::weights`]): what its answer's confidence is measured in.
+    pub(crate) fn scoped_weights(
+        &self,
+        q: &Question,
+        scopes: &[String],
+    ) -> crate::error::Result<BTreeMap<String, f64>> {
+        let idf = self.index.scoped_idf(&q.analysed.terms, scopes)?;
+        Ok(idf
+            .into_iter()
+            .map(|(t, w)| {
+                let boost = if q.analysed.names.contains(&t) {
+                    NAME_BOOST
+                } else {
+                    1.0
+                };
+                (t, boost * w)
+            })
+            .collect())
+    }
+
     /// The dense side of one query (its vectors, read once), when an embedder is
     /// configured.
     pub(crate) fn dense(&self) -> Option<Dense> {

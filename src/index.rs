@@ -408,6 +408,54 @@ impl Index {
         ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
     }
 
+    /// Each of `terms`' idf among the FULL nodes of `scopes` (the text a question is asked
+    /// of, not every scope of the store): a term those nodes never hold weighs like the
+    /// rarest one. The BM25 formula of [`Index::idf`].
+    pub(crate) fn scoped_idf(
+        &self,
+        terms: &[String],
+        scopes: &[String],
+    ) -> Result<std::collections::BTreeMap<String, f64>> {
+        let f = self.f;
+        let s = self.reader.searcher();
+        let within = || -> Vec<(Occur, Box<dyn Query>)> {
+            vec![
+                (
+                    Occur::Must,
+                    Box::new(TermSetQuery::new(
+                        scopes.iter().map(|x| Term::from_field_text(f.scope, x)),
+                    )),
+                ),
+                (
+                    Occur::Must,
+                    Box::new(TermQuery::new(
+                        Term::from_field_u64(f.level, Level::Full.as_u8() as u64),
+                        IndexRecordOption::Basic,
+                    )),
+                ),
+            ]
+        };
+        let n = s
+            .search(&BooleanQuery::new(within()), &tantivy::collector::Count)
+            .map_err(ierr)? as f64;
+        let mut out = std::collections::BTreeMap::new();
+        for t in terms {
+            let mut q = within();
+            q.push((
+                Occur::Must,
+                Box::new(TermQuery::new(
+                    Term::from_field_text(f.text, t),
+                    IndexRecordOption::Basic,
+                )),
+            ));
+            let df = s
+                .search(&BooleanQuery::new(q), &tantivy::collector::Count)
+                .map_err(ierr)? as f64;
+            out.insert(t.clone(), ((n.max(1.0) - df + 0.5) / (df + 0.5) + 1.0).ln());
+        }
+        Ok(out)
+    }
+
     /// BM25 search. Returns hits best first.
     pub(crate) fn search(&self, q: &Grep<'_>) -> Result<Vec<Hit>> {
         let terms = &q.query.terms;

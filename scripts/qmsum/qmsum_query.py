@@ -14,6 +14,13 @@ counts as gold when its turn is in a gold span. Per query:
 Reported beside it, the same counts for the top k turns of BM25 over turns (rank-bm25's
 BM25Okapi, the analyser of qmsum_eval.py), k = 1 and 3: what a plain turn retriever cites.
 
+Unanswerable questions (`--negatives`): each meeting is also asked the specific queries of
+the meeting half the list away (sorted by name: another meeting, most often of another
+kind — a parliamentary committee asked about a remote control's buttons). Nothing in the
+meeting answers them; a query should end not ready. Reported: the share of answerable and of
+unanswerable queries that end ready, and the AUC of `confidence` separating them (0.5 =
+no separation).
+
 Meetings are loaded as qmsum_eval.py loads them (the same debate files and scopes), into
 WORKDIR/db; a meeting already in that store (same scope) is reused. Develop on `val`.
 
@@ -58,6 +65,7 @@ def main() -> int:
     ap.add_argument("--workdir", default="target/qmsum-query")
     ap.add_argument("--out")
     ap.add_argument("--turns-per-round", type=int, default=20)
+    ap.add_argument("--negatives", action="store_true", help="also ask each meeting another meeting's queries")
     a = ap.parse_args()
     qe.ENC, _ = qe.load_cl100k()
     split_dir = os.path.join(a.data, a.split)
@@ -70,7 +78,14 @@ def main() -> int:
     except (RuntimeError, ValueError, AttributeError):
         known = set()
     rows = []
+    negatives = []
     t0 = time.time()
+    foreign = {}
+    if a.negatives:
+        for mi, fname in enumerate(names):
+            other = names[(mi + len(names) // 2) % len(names)]
+            with open(os.path.join(split_dir, other), encoding="utf-8") as f:
+                foreign[fname] = [q["query"] for q in json.load(f)["specific_query_list"]]
     for mi, fname in enumerate(names):
         name = fname[: -len(".json")]
         with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
@@ -107,6 +122,9 @@ def main() -> int:
                     "bm25_top3": scores(order[:3], spans, gold),
                 }
             )
+        for fq in foreign.get(fname, []):
+            r = json.loads(strata.run("--json", "query", "--scope", name, fq))
+            negatives.append({"meeting": name, "query": fq, "ready": bool(r.get("ready")), "confidence": r.get("confidence")})
         print(f"qmsum-query: [{mi + 1}/{len(names)}] {name}: {len(m.queries)} queries", file=sys.stderr)
 
     def mean(key, meth):
@@ -119,6 +137,17 @@ def main() -> int:
     }
     summary["strata"]["ready"] = sum(r["ready"] for r in rows) / max(1, len(rows))
     res = {"split": a.split, "queries": len(rows), "seconds": round(time.time() - t0, 1), "summary": summary, "rows": rows}
+    if negatives:
+        pos = [float(r["confidence"] or 0.0) for r in rows]
+        neg = [float(r["confidence"] or 0.0) for r in negatives]
+        # AUC: P(conf(answerable) > conf(unanswerable)), ties count half.
+        wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+        res["negatives"] = {
+            "queries": len(negatives),
+            "ready": sum(r["ready"] for r in negatives) / len(negatives),
+            "auc": wins / (len(pos) * len(neg)) if pos and neg else None,
+            "rows": negatives,
+        }
     out = a.out or os.path.join(a.workdir, f"query-{a.split}.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1, ensure_ascii=False)
@@ -130,7 +159,10 @@ def main() -> int:
             f"| {meth} | {100 * s['hit']:.1f} % | {100 * s['precision']:.1f} % | "
             f"{100 * s['recall']:.1f} % | {s['cited']:.2f} |"
         )
-    print(f"strata ready: {100 * summary['strata']['ready']:.1f} %")
+    print(f"strata ready: {100 * summary['strata']['ready']:.1f} % of answerable queries")
+    if negatives:
+        n = res["negatives"]
+        print(f"unanswerable (another meeting's queries): {n['queries']}, ready {100 * n['ready']:.1f} %, confidence AUC {n['auc']:.3f}")
     return 0
 
 

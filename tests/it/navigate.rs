@@ -21,6 +21,8 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
             | read 6 chunk(s), 16 candidate sentence(s); cited 2
+            | cited first: score 0.971 (own evidence 0.978, chunk 2 of 6), terms fare, propos, chen
+            | cited also: score 0.787 (own evidence 0.774, chunk 4 of 6), terms fare, propos, chen; parallel to the first
             = confidence 1.00, ready true, 2 citation(s)
             [189..314) data/debate.jsonl#43 (round 11, chen): "Any plan that raises fares to cover operating costs will hit my ward hardest, and I want that said before anyone proposes it."
             [21..199) data/debate.jsonl#47 (round 12, chen): "I propose a daily fare cap of $6.50 and a monthly cap of $72, so that once a rider has paid for two trips in a day, or the price of a pass in a month, every further ride is free."
@@ -45,15 +47,20 @@ fn a_document_question_is_answered_from_the_address_it_names() {
             descend: 4 node(s) → 32 child node(s)
             grep: "Secretary volunteers countries" at detailed/full within the working set: 30 hit(s)
             peek: 6 full node(s), 2183 tokens
-            finish: 3 citation(s), confidence 0.75, ready true
+            finish: 3 citation(s), confidence 0.72, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 13 → 4
             | iteration 2: grep within the groups picked chunks: working set 26 → 6
             | read 6 chunk(s), 22 candidate sentence(s); cited 3
+            | cited first: score 0.538 (own evidence 0.341, chunk 1 of 6), terms mobil, organiz, 1961, kennedi
+            | cited also: score 0.533 (own evidence 0.380, chunk 2 of 6), terms help, mobil, 1961, kennedi
+            | cited also: score 0.445 (own evidence 0.255, chunk 2 of 6), terms help, propos, 1961, kennedi
             | second hop through "Secretary": "Secretary volunteers countries"
             | iteration 3: grep over summary/detailed/full picked groups: working set 13 → 4
             | iteration 4: grep within the groups picked chunks: working set 32 → 6
             | read 6 chunk(s), 12 candidate sentence(s); cited 2
-            = confidence 0.75, ready true, 3 citation(s)
+            | cited first: score 0.526 (own evidence 0.322, chunk 1 of 6), terms countri, secretari
+            | cited also: score 0.523 (own evidence 0.387, chunk 2 of 6), terms countri, secretari; parallel to the first
+            = confidence 0.72, ready true, 3 citation(s)
             [17489..17994) data/docs/1961-kennedy.txt: "I have, therefore, instructed the Secretary of Defense to reappraise our entire defense strategy--our ability to fulfill our commitments-the effectiveness, vulnerability, and dispersal of our strategic bases, forces and warning systems--the efficiency and economy of our operation and organization-the elimination of obsolete bases and installations-and the adequacy, modernization and mobility of our present conventional and nuclear forces and weapons systems in the light of present and future dangers."
             [24019..24229) data/docs/1961-kennedy.txt: "We can mobilize this talent through the formation of a National Peace Corps, enlisting the services of all those with the desire and capacity to help foreign lands meet their urgent needs for trained personnel."
             [19336..20697) data/docs/1961-kennedy.txt: "Until the Secretary of Defense's reappraisal is completed, the emphasis here will be largely on improved organization and decision making--on cutting down the wasteful duplications and the time-lag that have handicapped our whole family of missiles. If we are to keep the peace, we need an invulnerable missile force powerful enough to deter any aggressor from even threatening an attack that he would know could not destroy enough of our force to prevent his own destruction. For as I said upon taking the oath of office: \"Only when our arms are sufficient beyond doubt can we be certain beyond doubt that they will never be employed.\"\n\nSecondly, we must improve our economic tools. Our role is essential and unavoidable in the construction of a sound and expanding economy for the entire non-communist world, helping other nations build the strength to meet their own problems, to satisfy their own aspirations--to surmount their own dangers. The problems in achieving this goal are towering and unprecedented-the response must be towering and unprecedented as well, much as Lend-Lease and the Marshall Plan were in earlier years, which brought such fruitful results.\n\n(a) I intend to ask the Congress for authority to establish a new and more effective program for assisting the economic, educational and social development of other countries and continents."
@@ -73,11 +80,12 @@ fn who_first_cites_only_the_earliest_round() {
             descend: 8 node(s) → 32 child node(s)
             grep: "Who first disagreed with the tunnel option" at detailed/full within the working set: 21 hit(s)
             peek: 12 full node(s), 842 tokens
-            finish: 1 citation(s), confidence 0.36, ready false
+            finish: 1 citation(s), confidence 0.36, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 8
             | iteration 2: grep within the groups picked chunks: working set 32 → 12
             | read 12 chunk(s), 14 candidate sentence(s); cited 1
-            = confidence 0.36, ready false, 1 citation(s)
+            | cited first: score 0.557 (own evidence 0.413, chunk 2 of 12), terms first, tunnel
+            = confidence 0.36, ready true, 1 citation(s)
             [0..63) data/debate.jsonl#15 (round 4, chen): "I will be the first to say it plainly: the tunnel is a mistake."
         "#]],
     );
@@ -100,15 +108,18 @@ fn a_second_hop_follows_the_name_the_first_answer_gives() {
             descend: 4 node(s) → 16 child node(s)
             grep: "Kessling firm reviewed position" at detailed/full within the working set: 12 hit(s)
             peek: 6 full node(s), 398 tokens
-            finish: 2 citation(s), confidence 0.75, ready true
+            finish: 2 citation(s), confidence 0.77, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
             | read 6 chunk(s), 18 candidate sentence(s); cited 1
+            | cited first: score 0.530 (own evidence 0.354, chunk 2 of 6), terms chang, estim, s, surfac, bob
             | second hop through "Kessling": "Kessling firm reviewed position"
             | iteration 3: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 4: grep within the groups picked chunks: working set 16 → 6
             | read 6 chunk(s), 11 candidate sentence(s); cited 2
-            = confidence 0.75, ready true, 2 citation(s)
+            | cited first: score 0.314 (own evidence 0.468, chunk 1 of 6), terms kessl, posit, review
+            | cited also: score 0.269 (own evidence 0.517, chunk 4 of 6), terms firm
+            = confidence 0.77, ready true, 2 citation(s)
             [0..312) data/debate.jsonl#90 (round 23, bob): "I have opposed the light rail for twenty-two sessions, and I owe this committee an honest answer: the Kessling estimate changes my mind. At $980 million on the surface, with a 40% federal share, the city's portion falls below $600 million, which a half-cent sales tax can carry without touching the general fund."
             [0..185) data/debate.jsonl#84 (round 21, dana): "The Kessling & Partners review has been delivered to the clerk and will be presented at our next session. I would ask members to hold their positions until everyone has read it in full."
         "#]],
@@ -133,16 +144,20 @@ fn the_demo_answers() {
             descend: 4 node(s) → 16 child node(s)
             grep: "Harbour Line give" at detailed/full within the working set: 17 hit(s)
             peek: 6 full node(s), 450 tokens
-            finish: 1 citation(s), confidence 0.83, ready true
+            finish: 1 citation(s), confidence 0.80, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
             | read 6 chunk(s), 13 candidate sentence(s); cited 1
+            | cited first: score 0.936 (own evidence 0.909, chunk 1 of 6), terms 2029, audit, cost, estim
             | second hop through "Harbour Line": "Harbour Line give"
             | iteration 3: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 4: grep within the groups picked chunks: working set 16 → 6
             | read 6 chunk(s), 11 candidate sentence(s); cited 3
+            | cited first: score 0.836 (own evidence 0.836, chunk 4 of 6), terms harbour, line
+            | cited also: score 0.827 (own evidence 0.753, chunk 1 of 6), terms harbour, line; parallel to the first
+            | cited also: score 0.764 (own evidence 0.699, chunk 3 of 6), terms harbour, line; parallel to the first
             | second hop found nothing that links the bridge to the question
-            = confidence 0.83, ready true, 1 citation(s)
+            = confidence 0.80, ready true, 1 citation(s)
             [234..332) data/debate.jsonl#26 (round 7, bob): "Applying that record, the 2029 audit estimated the true cost of the Harbour Line at $1.57 billion."
         "#]],
     );
@@ -162,6 +177,7 @@ fn the_demo_answers() {
             | iteration 2: grep over summary/detailed/full picked groups: working set 57 → 8
             | iteration 3: grep within the groups picked chunks: working set 43 → 12
             | read 12 chunk(s), 38 candidate sentence(s); cited 1
+            | cited first: score 1.078 (own evidence 1.112, chunk 1 of 12), terms first, four, freedom
             = confidence 1.00, ready true, 1 citation(s)
             [17358..17552) data/docs/1941-roosevelt.txt: "In the future days, which we seek to make secure, we look forward to a world founded upon four essential human freedoms.\n\nThe first is freedom of speech and expression—everywhere in the world."
         "#]],

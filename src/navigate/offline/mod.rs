@@ -75,11 +75,19 @@ const SUBJECT_MISSING: f64 = 0.4;
 
 impl Selection {
     fn confidence(&self) -> f64 {
-        let total: f64 = self.idf.values().sum::<f64>().max(1e-9);
+        self.confidence_in(&self.idf)
+    }
+
+    /// The confidence with the question's terms weighted by `weights` (a term missing
+    /// there keeps its own weight): the share of the weight its citations cover.
+    fn confidence_in(&self, weights: &BTreeMap<String, f64>) -> f64 {
+        let w = |t: &String| weights.get(t).or_else(|| self.idf.get(t)).copied();
+        let total: f64 = self.idf.keys().filter_map(w).sum::<f64>().max(1e-9);
         let share = self
             .covered
             .iter()
-            .filter_map(|t| self.idf.get(t))
+            .filter(|t| self.idf.contains_key(*t))
+            .filter_map(w)
             .sum::<f64>()
             / total;
         if !self.subjects.is_empty() && self.subjects.is_disjoint(&self.covered) {
@@ -108,18 +116,22 @@ pub(crate) fn select(ex: &mut Explorer<'_>, question: &str) -> Result<(Vec<Cited
             .push("the question has no searchable words (only stop words?)".into());
         return Ok((Vec::new(), 0.0));
     }
+    // Confidence is measured in the words' weight in the text asked (a word it never
+    // holds weighs most: a question whose premise is not in the text is not answered by
+    // what it does hold), retrieval in the whole index's.
+    let scoped = ex.corpus.scoped_weights(&question, &ex.trees.scopes())?;
     let cues = Cues::of(ex, &question);
     if let Some(SameRound { main, anchor }) = &cues.same_round
         && let Some(sel) = same_round(ex, main, anchor)?
     {
-        let confidence = sel.confidence();
+        let confidence = sel.confidence_in(&scoped);
         return Ok((strip(sel.cited), confidence));
     }
     if wants_set(ex, &question) {
         let Some(sel) = answer_set(ex, &question, &cues)? else {
             return Ok((Vec::new(), 0.0));
         };
-        let confidence = sel.confidence();
+        let confidence = sel.confidence_in(&scoped);
         return Ok((strip(sel.cited), confidence));
     }
     let Some(mut sel) = answer(ex, &question, &cues, true)? else {
@@ -134,7 +146,7 @@ pub(crate) fn select(ex: &mut Explorer<'_>, question: &str) -> Result<(Vec<Cited
             ex.drafts.push(draft);
         }
     }
-    let confidence = sel.confidence();
+    let confidence = sel.confidence_in(&scoped);
     Ok((strip(sel.cited), confidence))
 }
 
@@ -621,6 +633,25 @@ fn answer(
         cands.len(),
         order.len()
     ));
+    for (k, &i) in order.iter().enumerate() {
+        let c = &cands[i];
+        let mut terms: Vec<&str> = c.tf.keys().map(String::as_str).collect();
+        terms.extend(c.ctx.iter().map(String::as_str).filter(|t| !c.tf.contains_key(*t)));
+        ex.history.push(format!(
+            "cited {}: score {:.3} (own evidence {:.3}, chunk {} of {}), terms {}{}",
+            if k == 0 { "first" } else { "also" },
+            c.score,
+            c.own,
+            c.rank + 1,
+            chunks.len(),
+            terms.join(", "),
+            if k > 0 && parallel(c) {
+                "; parallel to the first"
+            } else {
+                ""
+            }
+        ));
+    }
     Ok(Some(Selection {
         cited: order.iter().map(|&i| cands[i].to_quote()).collect(),
         rounds: order.iter().map(|&i| cands[i].round).collect(),
