@@ -30,6 +30,11 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
     );
 }
 
+// FIXME: this snapshot freezes a wrong answer. The Peace Corps sentence is cited, but
+// second and ready behind the Secretary of Defense sentence the first pass chose (the
+// question's words "propose", "mobilize", "organization" match Kennedy's defense passage
+// as well) and a 1,361-byte passage the second hop added; the right answer is the Peace
+// Corps sentence alone, first.
 #[test]
 fn a_document_question_is_answered_from_the_address_it_names() {
     check(
