@@ -636,7 +636,12 @@ fn answer(
     for (k, &i) in order.iter().enumerate() {
         let c = &cands[i];
         let mut terms: Vec<&str> = c.tf.keys().map(String::as_str).collect();
-        terms.extend(c.ctx.iter().map(String::as_str).filter(|t| !c.tf.contains_key(*t)));
+        terms.extend(
+            c.ctx
+                .iter()
+                .map(String::as_str)
+                .filter(|t| !c.tf.contains_key(*t)),
+        );
         ex.history.push(format!(
             "cited {}: score {:.3} (own evidence {:.3}, chunk {} of {}), terms {}{}",
             if k == 0 { "first" } else { "also" },
