@@ -650,3 +650,70 @@ fn a_forget_killed_after_a_random_delay_leaves_no_trace() {
     }
     println!("crash-summary\tforget\t{runs}\t{runs}\t-\t0\t0\t0\t0\t0\t0\t{seed}");
 }
+
+// ------------------------------------------------------------------ a build across a forget
+
+/// A sub-model whose calls wait until released, saying when the first one arrived.
+struct Held {
+    entered: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: tokio::sync::Semaphore,
+}
+
+impl strata::model::SubModel for Held {
+    fn identity(&self) -> String {
+        "held".into()
+    }
+    fn compress(
+        &self,
+        req: strata::model::CompressRequest,
+    ) -> futures::future::BoxFuture<'_, Result<String, strata::ModelError>> {
+        Box::pin(async move {
+            if let Some(tx) = self.entered.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            let _permit = self.release.acquire().await.unwrap();
+            Ok(strata::model::offline::compress(&req))
+        })
+    }
+}
+
+/// A build whose model calls are in flight when a forget removes their inputs writes
+/// nothing over the forgotten source afterwards: no node, no view.
+#[test]
+fn a_build_running_across_a_forget_writes_nothing_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = write_docs(dir.path());
+    let (tx, entered) = std::sync::mpsc::channel();
+    let held = std::sync::Arc::new(Held {
+        entered: std::sync::Mutex::new(Some(tx)),
+        release: tokio::sync::Semaphore::new(0),
+    });
+    let e = std::sync::Arc::new(
+        Engine::open(&dir.path().join("db"), Config::default())
+            .unwrap()
+            .with_model(held.clone()),
+    );
+    let now = strata::unix_now();
+    e.ingest_files("kb", None, &docs, now).unwrap();
+    let rt = rt();
+    let build = rt.spawn({
+        let e = e.clone();
+        async move { e.compress("kb", now, &strata::NoProgress).await }
+    });
+    entered
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the build calls the model");
+    let a = docs[0].display().to_string();
+    let r = e.forget("kb", std::slice::from_ref(&a), now).unwrap();
+    assert_eq!(r.sources, vec![a.clone()]);
+    held.release.add_permits(1 << 20);
+    let _ = rt.block_on(build).unwrap(); // it may fail: its tree cites what is gone
+    e.sync_index().unwrap();
+    assert_forgotten(&e, "kb", &a);
+    let view: Option<strata::plan::Plan> = e.store().get_view("kb").unwrap();
+    assert!(view.is_none(), "a view of the old tree");
+    // The next build makes the tree of what remains.
+    let b = compress(&rt, &e, "kb", now);
+    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    assert_forgotten(&e, "kb", &a);
+}

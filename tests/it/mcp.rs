@@ -875,7 +875,10 @@ fn the_forget_tool_writes_only_with_a_writing_token() {
     let dir = tempfile::tempdir().unwrap();
     let db = sample_store(dir.path());
     let tokens = r#"[{"token": "r", "scopes": ["*"], "access": "read"}, {"token": "w", "scopes": ["docs"], "access": "write"}]"#;
-    let lincoln = repo().join("data/docs/1862-lincoln.txt").display().to_string();
+    let lincoln = repo()
+        .join("data/docs/1862-lincoln.txt")
+        .display()
+        .to_string();
     let lincoln = lincoln.as_str();
     let mut reader = Mcp::start(
         &db,
