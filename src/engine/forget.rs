@@ -73,6 +73,11 @@ impl Engine {
         self.store.flush()?;
         pause_point("forget:after-flush");
         self.sync_index()?;
+        // The index's files drop the documents' terms too (the removal itself is durable
+        // and searches no longer see them: a failure here is only logged).
+        if let Err(e) = self.index.purge_deleted() {
+            tracing::warn!(error = %e, "forgotten documents stay in the index files until its next merge");
+        }
         // Windows keep their scope's ranked sentences in memory: drop them all.
         crate::context::forget_cached();
         Ok(report)

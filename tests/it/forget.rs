@@ -84,6 +84,15 @@ fn assert_forgotten(e: &Engine, scope: &str, source: &str) {
     assert_eq!(e.store().n_pending_index(), 0);
 }
 
+/// The index's files hold no deleted document (a forget merges them away).
+fn assert_purged(e: &Engine) {
+    assert_eq!(
+        e.index().deleted_docs(),
+        0,
+        "deleted documents left in the index files"
+    );
+}
+
 #[test]
 fn forgetting_a_document_removes_it_from_every_level_the_index_and_citations() {
     let dir = tempfile::tempdir().unwrap();
@@ -437,6 +446,7 @@ fn forgetting_on_postgres_leaves_nothing_of_the_source() {
     assert_eq!(r.sources, vec![a.clone()]);
     assert!(r.nodes_by_level[Level::Abstract] >= 1);
     assert_forgotten(&e, "kb", &a);
+    assert_purged(&e);
     compress(&rt, &e, "kb", now);
     let q = query(
         &rt,
@@ -722,6 +732,7 @@ fn a_build_running_across_a_forget_writes_nothing_over_it() {
     let a = docs[0].display().to_string();
     let r = e.forget("kb", std::slice::from_ref(&a), now).unwrap();
     assert_eq!(r.sources, vec![a.clone()]);
+    assert_purged(&e);
     held.release.add_permits(1 << 20);
     let _ = rt.block_on(build).unwrap(); // it may fail: its tree cites what is gone
     e.sync_index().unwrap();
