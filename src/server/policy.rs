@@ -185,7 +185,7 @@ fn preflight(origin: &str) -> Response {
     allow_origin(h, origin);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST"),
+        HeaderValue::from_static("GET, POST, DELETE"),
     );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
