@@ -251,6 +251,30 @@ impl Db {
         })
     }
 
+    /// Removes `sources` of `scope` (the whole scope when `whole_scope`) and every node
+    /// derived from them, durably; returns what was removed.
+    #[pyo3(signature = (scope, sources=Vec::new(), whole_scope=false))]
+    fn forget(
+        &self,
+        py: Python<'_>,
+        scope: String,
+        sources: Vec<String>,
+        whole_scope: bool,
+    ) -> PyResult<String> {
+        py.detach(|| {
+            if sources.is_empty() && !whole_scope {
+                return Err(err(
+                    "forget: name the sources to forget, or whole_scope=True for the whole scope",
+                ));
+            }
+            let r = self
+                .engine
+                .forget(&scope, &sources, unix_now())
+                .map_err(err)?;
+            json(&r)
+        })
+    }
+
     /// Store-wide numbers.
     fn stats(&self, py: Python<'_>) -> PyResult<String> {
         py.detach(|| json(&self.engine.stats(unix_now()).map_err(err)?))

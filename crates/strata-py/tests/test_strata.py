@@ -74,6 +74,23 @@ def test_append_grep_peek_stats(db):
     assert any(x["scope"] == "debate" for x in s["scopes"])
 
 
+def test_forget_removes_a_source_and_what_was_built_on_it(db):
+    db.ingest("notes", DOCS)
+    db.compress("notes")
+    assert any("900,000" in c.quote for c in db.query("notes", "How large was the library grant?").citations)
+    r = db.forget("notes", ["notes/library.md"])
+    assert r["sources"] == ["notes/library.md"] and r["nodes"] > 0
+    q = db.query("notes", "How large was the library grant?")
+    assert all(c.source != "notes/library.md" for c in q.citations)
+    assert "900,000" not in db.context("notes", level="full", budget=2000).text
+    assert not [h for h in db.grep("notes", "library grant") if "900,000" in h.text]
+    with pytest.raises(strata.StrataError):
+        db.forget("notes")  # neither sources nor whole_scope
+    db.forget("notes", whole_scope=True)
+    with pytest.raises(strata.StrataError):
+        db.query("notes", "anything?")
+
+
 def test_async_twins(db):
     async def run():
         await db.aingest("notes", DOCS)

@@ -224,6 +224,12 @@ class Db:
         """Builds (or refreshes) every level of `scope`; returns the build report."""
         return json.loads(self._db.compress(scope))
 
+    def forget(self, scope: str, sources: Optional[Sequence[str]] = None, whole_scope: bool = False) -> Dict[str, Any]:
+        """Removes `sources` of `scope` and every node derived from them (the whole scope
+        with `whole_scope=True`), durably: a forgotten quote never comes back in a citation.
+        Returns what was removed (sources, nodes by level, bytes)."""
+        return json.loads(self._db.forget(scope, list(sources or []), whole_scope))
+
     # -- reads -----------------------------------------------------------------------------
 
     def context(
@@ -282,6 +288,9 @@ class Db:
 
     async def apeek(self, *a: Any, **k: Any) -> Node:
         return await asyncio.to_thread(self.peek, *a, **k)
+
+    async def aforget(self, *a: Any, **k: Any) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.forget, *a, **k)
 
     async def astats(self) -> Dict[str, Any]:
         return await asyncio.to_thread(self.stats)
