@@ -250,8 +250,8 @@ fn int_param(
 }
 
 /// Lists the contexts (every scope the caller may see), `?limit=` (default 50, at most 100)
-/// from `?offset=`.
-#[utoipa::path(get, path = "/api/v1/rlm/contexts", tag = "rlm-contexts",
+/// from `?offset=` (GET; aragora's SDK POSTs).
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/contexts", tag = "rlm-contexts",
     params(("limit" = Option<usize>, Query, description = "At most 100; default 50"),
         ("offset" = Option<usize>, Query, description = "Default 0")),
     responses((status = 200, description = "The contexts", body = ContextList)))]
