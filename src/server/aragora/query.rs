@@ -401,8 +401,7 @@ pub(in crate::server) async fn query_knowledge(
     matched: MatchedPath,
     ApiJson(q): ApiJson<KnowledgeQuery>,
 ) -> ApiResult<Json<KnowledgeResponse>> {
-    if matched.as_str().starts_with("/api/v1/") && q.workspace_id.is_none() && q.scopes.is_none()
-    {
+    if matched.as_str().starts_with("/api/v1/") && q.workspace_id.is_none() && q.scopes.is_none() {
         return Err(ApiError::bad(
             "workspace_id is required: the workspace (a scope) to search (under /api, a query without one searches every scope)",
         ));
