@@ -14,6 +14,7 @@ mod eval;
 mod hybrid;
 mod layers;
 mod mcp;
+mod mcp_http;
 mod navigate;
 mod openai;
 mod pipeline;
