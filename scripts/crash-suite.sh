@@ -2,7 +2,10 @@
 # The full crash-test suite (docs/RELIABILITY.md): builds the release binary, then runs the
 # crash tests of tests/it/crash.rs against it with the full counts — kill -9 during
 # `ingest` (20 runs), during `compress` (20 runs) and of `serve` under 8 concurrent
-# appenders (10 kills) — prints a summary table and exits non-zero on any loss.
+# appenders (10 kills) — and the forget crash tests of tests/it/forget.rs (kill -9 of a
+# server forgetting a turn while appends and builds run: at three pause points, and after
+# a seeded delay, STRATA_CRASH_FORGET_RUNS = 10 times) — prints a summary table and exits
+# non-zero on any loss.
 #
 #   scripts/crash-suite.sh
 #   STRATA_CRASH_SEED=42 scripts/crash-suite.sh          # repeat a run
@@ -41,6 +44,7 @@ export STRATA_CRASH_COMPRESS_RUNS="${STRATA_CRASH_COMPRESS_RUNS:-20}"
 export STRATA_CRASH_SERVE_KILLS="${STRATA_CRASH_SERVE_KILLS:-10}"
 export STRATA_CRASH_DOCS="${STRATA_CRASH_DOCS:-240}"
 export STRATA_CRASH_SERVE_PHASE_MS="${STRATA_CRASH_SERVE_PHASE_MS:-4000}"
+export STRATA_CRASH_FORGET_RUNS="${STRATA_CRASH_FORGET_RUNS:-10}"
 
 log="$(mktemp -t strata-crash.XXXXXX)"
 trap 'rm -f "$log"' EXIT
@@ -48,6 +52,9 @@ echo "crash suite: binary $STRATA_CRASH_BIN; output in $log while it runs"
 # One test at a time: the kill instants are drawn within durations measured on this machine.
 cargo test --locked --quiet --test it crash:: -- --nocapture --test-threads=1 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# Forget: the debug binary cargo built for the test (the pause points are its own).
+cargo test --locked --quiet --test it forget::a_forget_killed -- --nocapture --test-threads=1 2>&1 | tee -a "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 echo
 printf '%-9s %5s %6s %13s %5s %11s %11s %17s %18s %7s\n' \
@@ -61,8 +68,8 @@ while IFS=$'\t' read -r _ scenario runs kills acked l dup mis idx ans err seed; 
   rows=$((rows + 1))
 done < <(grep -ao 'crash-summary.*' "$log")
 
-if [[ $rows -lt 3 ]]; then
-  echo "crash suite: only $rows of 3 scenarios reported figures (see the output above)" >&2
+if [[ $rows -lt 4 ]]; then
+  echo "crash suite: only $rows of 4 scenarios reported figures (see the output above)" >&2
   exit 1
 fi
 if [[ $lost -ne 0 || $status -ne 0 ]]; then

@@ -13,6 +13,9 @@ pub enum Error {
     /// A scope that was never ingested.
     #[error("unknown scope `{scope}` (known scopes: {known})")]
     UnknownScope { scope: String, known: String },
+    /// A source its scope does not hold.
+    #[error("scope `{scope}` has no source `{source_id}`")]
+    UnknownSource { scope: String, source_id: String },
     /// Reading an input file failed.
     /// (The cause is part of the message, not a separate `source`, so that a printed
     /// chain does not say it twice.)

@@ -332,6 +332,39 @@ impl Index {
         Ok(())
     }
 
+    /// Rewrites every segment that holds deleted documents and removes the files no
+    /// segment uses: a deleted document is unsearchable once committed, but its terms stay
+    /// in its segment's files until a merge (a forget wants them gone from the disk too).
+    pub fn purge_deleted(&self) -> Result<()> {
+        let segments: Vec<tantivy::index::SegmentId> = self
+            .index
+            .searchable_segment_metas()
+            .map_err(ierr)?
+            .into_iter()
+            .filter(|m| m.has_deletes())
+            .map(|m| m.id())
+            .collect();
+        if segments.is_empty() {
+            return Ok(());
+        }
+        self.with_writer(|w| {
+            w.merge(&segments).wait().map_err(ierr)?;
+            w.garbage_collect_files().wait().map_err(ierr)?;
+            Ok(())
+        })?;
+        self.reader.reload().map_err(ierr)
+    }
+
+    /// Deleted documents the index's files still hold (until a merge).
+    pub fn deleted_docs(&self) -> u64 {
+        self.reader
+            .searcher()
+            .segment_readers()
+            .iter()
+            .map(|r| u64::from(r.num_deleted_docs()))
+            .sum()
+    }
+
     /// Number of indexed nodes.
     pub fn n_docs(&self) -> u64 {
         self.reader.searcher().num_docs()

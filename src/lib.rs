@@ -67,7 +67,7 @@ pub use build::{BuildFailure, BuildReport};
 pub use clock::unix_now;
 pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
-pub use engine::{Engine, GcReport, GrepHit, IngestReport, ScopeStats, Stats, View};
+pub use engine::{Engine, ForgetReport, GcReport, GrepHit, IngestReport, ScopeStats, Stats, View};
 pub use error::{Error, ModelError, Result};
 pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};

@@ -161,6 +161,7 @@ fn run_command(
         Cmd::Serve { addr } => serve(engine.clone(), rt, addr),
         Cmd::Mcp => mcp(engine.clone(), rt),
         Cmd::Stats => stats(engine, now, json),
+        Cmd::Forget { scope, sources } => forget(engine, &scope, &sources, now, json),
         Cmd::Gc => gc(engine, now, json),
         Cmd::Reindex => reindex(engine, json),
         Cmd::Eval(_) | Cmd::Repair => unreachable!("handled before the store is opened"),
@@ -654,6 +655,45 @@ fn gc(engine: &Engine, now: u64, json: bool) -> Result<()> {
         r.embeddings_removed,
         r.remaining
     );
+    Ok(())
+}
+
+/// `strata forget`: remove sources (or a whole scope) and everything derived from them.
+fn forget(engine: &Engine, scope: &str, sources: &[String], now: u64, json: bool) -> Result<()> {
+    let r = engine.forget(scope, sources, now)?;
+    if json {
+        return print_json(&r);
+    }
+    let levels: Vec<String> = r
+        .nodes_by_level
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(l, n)| format!("{n} {}", l.name()))
+        .collect();
+    out!(
+        "forgot {} source(s) of {} ({} bytes) and {} nodes ({}; {} bytes of node text){}",
+        r.sources.len(),
+        r.scope,
+        r.bytes,
+        r.nodes,
+        if levels.is_empty() {
+            "none".to_string()
+        } else {
+            levels.join(", ")
+        },
+        r.node_bytes,
+        if r.scope_removed {
+            "; the scope is gone".to_string()
+        } else {
+            format!(
+                "; {} source(s) remain, rebuilt at the next compress or read",
+                r.remaining_sources
+            )
+        }
+    );
+    for s in &r.sources {
+        out!("  {s}");
+    }
     Ok(())
 }
 

@@ -106,6 +106,29 @@ pub struct BuildReport {
 /// A node of the tree being made: its id once made, `None` when it (or an input) failed.
 type Pending<'a> = BoxFuture<'a, Option<NodeId>>;
 
+/// Orders a build's node writes with forgets (`Engine::forget`): every write holds it
+/// shared; a forget holds it exclusively while it decides what to remove and removes it,
+/// then moves the generation. A build that sees the generation moved since it loaded its
+/// plan writes a node only if every input of it is still stored: a forget removes every
+/// node over what it forgot, so nothing is ever written over a forgotten source again.
+#[derive(Default)]
+pub(crate) struct Forgets(std::sync::RwLock<u64>);
+
+impl Forgets {
+    /// The number of forgets so far.
+    pub(crate) fn generation(&self) -> u64 {
+        *self.read()
+    }
+
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, u64> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> std::sync::RwLockWriteGuard<'_, u64> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 pub(crate) struct Builder<'a> {
     pub store: &'a Store,
     pub plan: &'a Plan,
@@ -120,6 +143,9 @@ pub(crate) struct Builder<'a> {
     /// Also rebuild nodes that expire before this time (warming ahead of expiry).
     pub refresh_before: Option<u64>,
     pub progress: &'a dyn Progress,
+    /// Forgets, and their generation when the plan was loaded.
+    pub forgets: &'a Forgets,
+    pub generation: u64,
 }
 
 struct Run<'a> {
@@ -333,7 +359,19 @@ impl Run<'_> {
                 self.b.store.remove_node_embeddings(&node.id)?;
             }
         }
-        self.b.store.put_node_marked(&node, mark)?;
+        {
+            let forgets = self.b.forgets.read();
+            if *forgets != self.b.generation {
+                let inputs = self.b.store.get_nodes(&node.children)?;
+                if inputs.iter().any(Option::is_none) {
+                    return Err(crate::Error::NotBuilt(format!(
+                        "{}: sources were forgotten while this build ran; build again",
+                        self.b.plan.scope
+                    )));
+                }
+            }
+            self.b.store.put_node_marked(&node, mark)?;
+        }
         if let Some(m) = mark {
             self.marks.lock().expect("poisoned").insert(node.id, m);
         }

@@ -129,10 +129,19 @@ pub enum Cmd {
         addr: Option<String>,
     },
     /// Serve the Model Context Protocol on stdin/stdout for agents (tools: load_corpus,
-    /// sub_query, execute_analysis, context, query, grep, peek) until stdin closes.
+    /// sub_query, execute_analysis, context, query, grep, peek, forget) until stdin closes.
     Mcp,
     /// Scopes, levels, nodes, index and disk usage.
     Stats,
+    /// Remove sources (none named: the whole scope) with every node derived from them,
+    /// from the store and the index; the rest of the scope is rebuilt on the next compress
+    /// or read. Says what it removed.
+    Forget {
+        #[arg(long)]
+        scope: String,
+        /// Source ids as ingested (a document's path as given, a turn's `debate#turn-N`).
+        sources: Vec<String>,
+    },
     /// Remove expired and unreachable nodes.
     Gc,
     /// Rebuild the full-text index from the store.

@@ -14,6 +14,7 @@ use crate::store::ScopeKind;
 use crate::text::salience;
 use crate::token;
 pub(crate) use focus::window as focused;
+pub(crate) use overview::forget_cached;
 use serde::Serialize;
 
 /// A fixed level, or the best mix under the budget.

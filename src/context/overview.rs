@@ -77,6 +77,11 @@ static RANKED: std::sync::Mutex<Vec<([u8; 32], std::sync::Arc<Ranked>)>> =
     std::sync::Mutex::new(Vec::new());
 const RANKED_KEPT: usize = 8;
 
+/// Drops every scope's ranked sentences (a forget: none may outlive its text).
+pub(crate) fn forget_cached() {
+    RANKED.lock().expect("ranked cache").clear();
+}
+
 fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     let mut h = blake3::Hasher::new();
     h.update(&[plan.kind as u8]);

@@ -67,6 +67,9 @@ impl Engine {
         progress: &dyn Progress,
     ) -> Result<(BuildReport, Plan)> {
         self.writing();
+        // Before the plan: a forget that commits after this moves the generation, and
+        // the build then writes nothing over what it removed.
+        let generation = self.forgets.generation();
         let plan = self.plan(scope)?;
         if !self.is_complete(&plan, now)? {
             // A build writes at most about its scope's text again per level (~4 bytes a
@@ -83,6 +86,8 @@ impl Engine {
             now,
             refresh_before,
             progress,
+            forgets: &self.forgets,
+            generation,
         };
         let (mut report, _built) = builder.run().await?;
         report.indexed = self.sync_index()?;
@@ -106,9 +111,21 @@ impl Engine {
             report.usage.add(&meter, &self.cfg.prices);
             report.embeddings = Some(r);
         }
-        if report.failures.is_empty() {
-            // The newest complete view, served while a later build is still running.
-            self.store.put_view(scope, &plan)?;
+        {
+            let forgets = self.forgets.read();
+            if *forgets != generation {
+                // A forget ran meanwhile: vectors this build wrote for nodes it removed
+                // go, and the plan is no view (it may cite what was forgotten).
+                let ids: Vec<NodeId> = plan.all_ids().collect();
+                for (id, n) in ids.iter().zip(self.store.get_nodes(&ids)?) {
+                    if n.is_none() {
+                        self.store.remove_node_embeddings(id)?;
+                    }
+                }
+            } else if report.failures.is_empty() {
+                // The newest complete view, served while a later build is still running.
+                self.store.put_view(scope, &plan)?;
+            }
         }
         self.store.flush()?;
         Ok((report, plan))

@@ -5,11 +5,13 @@
 //! [`maintain`] (stats, gc, reindex). Reading goes through [`Corpus`], the read handle the
 //! context windows and the navigator take instead of the engine.
 
+mod forget;
 mod ingest;
 mod levels;
 mod maintain;
 mod query;
 
+pub use forget::ForgetReport;
 pub use ingest::IngestReport;
 pub use levels::View;
 pub use maintain::{GcReport, ScopeStats, Stats};
@@ -44,6 +46,8 @@ pub struct Engine {
     /// Serialises writers of scope records (ingest, append, the end of a build). A std
     /// Mutex: it is never held across an await.
     write: std::sync::Mutex<()>,
+    /// Orders builds' node writes with [`Engine::forget`] (see `build::Forgets`).
+    forgets: crate::build::Forgets,
     /// Serialises [`Engine::sync_index`]: one pass applies and commits at a time.
     index_sync: std::sync::Mutex<()>,
     /// The store's directory (`None`: in memory), whose file system writes are checked
@@ -184,6 +188,7 @@ impl Engine {
             embedder: models.embedder,
             limiter: models.limiter,
             write: std::sync::Mutex::new(()),
+            forgets: Default::default(),
             index_sync: std::sync::Mutex::new(()),
             dir: None,
             read_only: AtomicBool::new(false),

@@ -7,7 +7,8 @@
 //! The tools: `load_corpus` (a scope's nodes, filtered and paged, kept as a segment),
 //! `sub_query` (one prompt template over up to 100 items through the sub model, outputs
 //! validated against a JSON schema), `execute_analysis` (a sandboxed script over segments
-//! and sub-query results), and the engine's own `context`, `query`, `grep` and `peek`.
+//! and sub-query results), the engine's own `context`, `query`, `grep` and `peek`, and
+//! `forget` (the one tool that writes: it needs a token that may write the scope).
 //! Every result carries its provenance: the source spans of what it returns, the time,
 //! the model. Arguments that do not parse, or name things that do not exist, are JSON-RPC
 //! errors -32602 (invalid params); a tool that fails while running returns a result marked
@@ -72,7 +73,9 @@ impl std::fmt::Display for ToolError {
 impl From<Error> for ToolError {
     fn from(e: Error) -> Self {
         match e {
-            Error::Invalid(_) | Error::UnknownScope { .. } => ToolError::Invalid(e.to_string()),
+            Error::Invalid(_) | Error::UnknownScope { .. } | Error::UnknownSource { .. } => {
+                ToolError::Invalid(e.to_string())
+            }
             e => ToolError::Failed(e.to_string()),
         }
     }
@@ -338,6 +341,67 @@ impl Strata {
         let now = crate::clock::unix_now();
         answer(blocking(|| read::peek(&self.engine, a, now)))
     }
+
+    #[tool(
+        input_schema = schema::<Forget>(),
+        description = "Forget sources of a scope (or, with `whole_scope`, the whole scope): their text and every node derived from them leave the store, the index and every level; the rest of the scope is rebuilt on its next read. Durable when it returns. Returns what was removed: sources, nodes by level, bytes. Needs a token that may write the scope."
+    )]
+    async fn forget(&self, mut a: JsonObject) -> std::result::Result<CallToolResult, ErrorData> {
+        self.admit(&mut a, false)?;
+        let a: Forget = args(a)?;
+        if !self.access.can_write(&a.scope) {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "this session's token may read `{}` but not write it",
+                    a.scope
+                ),
+                None,
+            ));
+        }
+        if a.sources.is_empty() && !a.whole_scope {
+            return Err(ErrorData::invalid_params(
+                "name the sources to forget, or set whole_scope: true to forget the scope"
+                    .to_string(),
+                None,
+            ));
+        }
+        if !a.sources.is_empty() && a.whole_scope {
+            return Err(ErrorData::invalid_params(
+                "give either sources or whole_scope, not both".to_string(),
+                None,
+            ));
+        }
+        let now = crate::clock::unix_now();
+        let r = blocking(|| self.engine.forget(&a.scope, &a.sources, now));
+        if r.is_ok() {
+            self.session.forget(&a.scope);
+        }
+        answer(
+            r.map_err(ToolError::from)
+                .and_then(|r| {
+                    serde_json::to_value(&r).map_err(|e| ToolError::Failed(e.to_string()))
+                })
+                .map(|mut v| {
+                    v["provenance"] = serde_json::json!({ "time": provenance_time(now) });
+                    v
+                }),
+        )
+    }
+}
+
+/// `forget`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Forget {
+    /// The scope.
+    scope: String,
+    /// Source ids to forget (as ingested: a document's path, a turn's `debate#turn-N`).
+    #[serde(default)]
+    sources: Vec<String>,
+    /// Forget the whole scope (every source); required when `sources` is empty, so that
+    /// an empty list never removes a scope by accident.
+    #[serde(default)]
+    whole_scope: bool,
 }
 
 #[tool_handler(router = self.tool_router)]

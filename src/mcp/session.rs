@@ -106,6 +106,14 @@ impl Session {
         rec
     }
 
+    /// Lets go of what may quote a forgotten part of `scope`: its segments, and every
+    /// sub-query result (a result does not say which segments its items came from).
+    pub(crate) fn forget(&self, scope: &str) {
+        let mut s = self.lock();
+        s.segments.retain(|_, seg| seg.scope != scope);
+        s.sub_queries.clear();
+    }
+
     pub(crate) fn segment(&self, id: &str) -> Result<Arc<Segment>, ToolError> {
         let s = self.lock();
         number(id, "seg-")

@@ -12,6 +12,7 @@ mod contexts;
 mod edge;
 mod extract;
 mod follow;
+mod forget;
 mod mcp;
 pub mod openapi;
 mod policy;
@@ -95,6 +96,7 @@ impl From<Error> for ApiError {
             Error::Invalid(_) | Error::Io { .. } | Error::Config(_) => StatusCode::BAD_REQUEST,
             // The CLI lists the known scopes; a client is told only of the one it named.
             Error::UnknownScope { scope, .. } => return unknown_scope(scope),
+            Error::UnknownSource { .. } => StatusCode::NOT_FOUND,
             Error::NotBuilt(_) | Error::InUse(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::DiskFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Model(_) => StatusCode::BAD_GATEWAY,

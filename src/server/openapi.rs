@@ -3,9 +3,9 @@
 //! once (with their `/api/v1` path) and the document lists both. Every operation may also
 //! answer with RFC 9457 problem details (`application/problem+json`).
 
-use super::{MakeRoute, Problem, aragora, contexts};
+use super::{MakeRoute, Problem, aragora, contexts, forget};
 use axum::Json;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
@@ -20,6 +20,11 @@ pub(crate) struct Route {
 /// Every route under `/api` and `/api/v1`, in one place: the router is built from it and
 /// a test holds the document to it.
 pub(crate) const ROUTES: &[Route] = &[
+    Route {
+        path: "/debates/{id}",
+        methods: &["delete"],
+        handler: || delete(forget::forget_debate),
+    },
     Route {
         path: "/debates/{id}/turns",
         methods: &["post"],
@@ -44,6 +49,16 @@ pub(crate) const ROUTES: &[Route] = &[
         path: "/debates/{id}/refinement-status",
         methods: &["get", "post"],
         handler: || get(aragora::refinement_status).post(aragora::refinement_status),
+    },
+    Route {
+        path: "/scopes/{scope}",
+        methods: &["delete"],
+        handler: || delete(forget::forget_scope),
+    },
+    Route {
+        path: "/scopes/{scope}/sources/{id}",
+        methods: &["delete"],
+        handler: || delete(forget::forget_source),
     },
     Route {
         path: "/documents",
@@ -139,6 +154,9 @@ pub(crate) const OTHER_ROUTES: &[(&str, &[&str])] = &[
         super::append_turn,
         super::ingest_document,
         super::job,
+        forget::forget_scope,
+        forget::forget_source,
+        forget::forget_debate,
         aragora::compress,
         aragora::context,
         aragora::query_debate,
@@ -199,7 +217,7 @@ const ERRORS: [(&str, &str); 12] = [
     ),
     (
         "404",
-        "No such scope, job or context (or one the token may not see)",
+        "No such scope, source, job or context (or one the token may not see)",
     ),
     ("405", "The route does not take that method"),
     (

@@ -4,8 +4,8 @@
 
 use super::job::{self, JobTable, LocalQueue};
 use super::{
-    Backend, Claimant, EmbedKey, FallbackCounts, Job, JobKind, PendingMark, ScopeRecord,
-    SourceRecord, SourceStep,
+    Backend, Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, PendingMark,
+    ScopeRecord, SourceRecord, SourceStep,
 };
 use crate::error::Result;
 use crate::node::{FallbackMark, Node, NodeId};
@@ -188,6 +188,24 @@ impl Backend for MemoryBackend {
             m.sources.remove(&(scope.clone(), id.clone()));
         }
         m.scopes.insert(scope, step.scope.clone());
+        Ok(())
+    }
+
+    fn forget(&self, step: &ForgetStep) -> Result<()> {
+        let mut m = self.lock();
+        for id in &step.remove_nodes {
+            m.remove(id);
+        }
+        let gone: BTreeSet<&NodeId> = step.remove_nodes.iter().collect();
+        m.embeddings.retain(|(_, n), _| !gone.contains(n));
+        for id in &step.remove_sources {
+            m.sources.remove(&(step.scope.clone(), id.clone()));
+        }
+        match &step.record {
+            Some(r) => m.scopes.insert(step.scope.clone(), r.clone()),
+            None => m.scopes.remove(&step.scope),
+        };
+        m.views.remove(&step.scope);
         Ok(())
     }
 

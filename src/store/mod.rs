@@ -116,6 +116,20 @@ pub struct SourceStep {
     pub remove_nodes: Vec<NodeId>,
 }
 
+/// One forget step for [`Store::forget`], applied whole or not at all: sources leave their
+/// scope with every node derived from them.
+#[derive(Debug)]
+pub struct ForgetStep {
+    pub scope: String,
+    /// The scope's record after the step; `None`: the scope itself goes.
+    pub record: Option<ScopeRecord>,
+    /// Sources removed (record and text).
+    pub remove_sources: Vec<String>,
+    /// Nodes removed (each with its deadline, expiry entry, fallback mark and vectors of
+    /// every embedder, and marked pending for the index).
+    pub remove_nodes: Vec<NodeId>,
+}
+
 /// A source added or replaced by a [`SourceStep`].
 #[derive(Debug)]
 pub struct SourcePut {
@@ -200,6 +214,11 @@ pub trait Backend: Send + Sync {
     }
     /// Applies an ingest step whole or not at all.
     fn write_sources(&self, step: &SourceStep) -> Result<()>;
+    /// Applies a forget step whole or not at all: its sources, texts and nodes go (each
+    /// node's vectors too, and its pending-index mark is set), the scope record is
+    /// replaced or removed, and the scope's last complete view is removed (it cites what
+    /// was forgotten).
+    fn forget(&self, step: &ForgetStep) -> Result<()>;
 
     // ---- the pending-index set
     fn pending_index(&self) -> Result<Vec<PendingMark>>;
@@ -554,6 +573,12 @@ impl Store {
     /// scope's turn counter moves with the turn it numbered.
     pub fn write_sources(&self, step: &SourceStep) -> Result<()> {
         self.backend.write_sources(step)
+    }
+
+    /// Applies one forget step atomically (see [`ForgetStep`]): a crash leaves the store
+    /// before or after the whole step, never in between.
+    pub fn forget(&self, step: &ForgetStep) -> Result<()> {
+        self.backend.forget(step)
     }
 
     // ---- the pending-index set: node changes the index has not committed ----

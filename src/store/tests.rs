@@ -373,6 +373,102 @@ pub(crate) fn postgres_store(test: &str) -> Option<Store> {
     Some(Store::open_postgres(&url, "conformance", 4, None).unwrap())
 }
 
+fn a_forget_step_removes_sources_nodes_vectors_and_view_together(s: &Store) {
+    let m = EmbedKey::of("one");
+    // kb holds a.md (nodes 1, 2) and b.md (node 3); node 4 is derived over 1 and 3.
+    s.write_sources(&SourceStep {
+        scope: scope_record("kb", &["a.md", "b.md"]),
+        put: vec![
+            SourcePut {
+                record: record("kb", "a.md"),
+                text: "alpha".into(),
+                nodes: vec![node(1, None), node(2, None)],
+            },
+            SourcePut {
+                record: record("kb", "b.md"),
+                text: "beta".into(),
+                nodes: vec![node(3, None)],
+            },
+        ],
+        remove_sources: Vec::new(),
+        remove_nodes: Vec::new(),
+    })
+    .unwrap();
+    s.put_node_marked(&node(4, Some(100)), Some(FallbackMark::Empty))
+        .unwrap();
+    s.put_embeddings(
+        m,
+        &[(NodeId([1; 32]), vec![1.0]), (NodeId([3; 32]), vec![3.0])],
+    )
+    .unwrap();
+    s.put_embeddings(EmbedKey::of("two"), &[(NodeId([4; 32]), vec![4.0])])
+        .unwrap();
+    s.put_view("kb", &vec![1f32]).unwrap();
+    s.put_view("other", &vec![2f32]).unwrap();
+    let pending: Vec<PendingMark> = s.pending_index().unwrap();
+    s.clear_pending_index(&pending).unwrap();
+
+    // Forget a.md: its record, text, chunks, the derived node 4 with its mark and vectors.
+    let rec = scope_record("kb", &["b.md"]);
+    s.forget(&ForgetStep {
+        scope: "kb".into(),
+        record: Some(rec.clone()),
+        remove_sources: vec!["a.md".into()],
+        remove_nodes: vec![NodeId([1; 32]), NodeId([2; 32]), NodeId([4; 32])],
+    })
+    .unwrap();
+    assert_eq!(s.get_scope("kb").unwrap(), Some(rec));
+    assert!(s.get_source("kb", "a.md").unwrap().is_none());
+    assert!(s.get_text("kb", "a.md").unwrap().is_none());
+    assert_eq!(s.get_text("kb", "b.md").unwrap().as_deref(), Some("beta"));
+    assert_eq!(s.node_ids().unwrap(), vec![NodeId([3; 32])]);
+    assert_eq!(
+        s.next_deadline().unwrap(),
+        None,
+        "node 4's expiry entry went"
+    );
+    assert!(!s.has_fallback_marks());
+    assert_eq!(s.n_embeddings(), 1);
+    assert_eq!(
+        s.get_embedding(m, &NodeId([3; 32])).unwrap(),
+        Some(vec![3.0])
+    );
+    assert_eq!(
+        s.get_view::<Vec<f32>>("kb").unwrap(),
+        None,
+        "the view cited a.md"
+    );
+    assert_eq!(s.get_view::<Vec<f32>>("other").unwrap(), Some(vec![2.0]));
+    let mut marked: Vec<NodeId> = s.pending_index().unwrap().iter().map(|p| p.id).collect();
+    marked.sort();
+    assert_eq!(
+        marked,
+        vec![NodeId([1; 32]), NodeId([2; 32]), NodeId([4; 32])],
+        "every removal is pending for the index"
+    );
+
+    // Forget the whole scope: the record goes too; another scope is untouched.
+    put_source(s, "kept", "c.md", "gamma", vec![]);
+    s.forget(&ForgetStep {
+        scope: "kb".into(),
+        record: None,
+        remove_sources: vec!["b.md".into()],
+        remove_nodes: vec![NodeId([3; 32])],
+    })
+    .unwrap();
+    assert_eq!(s.get_scope("kb").unwrap(), None);
+    assert!(s.get_text("kb", "b.md").unwrap().is_none());
+    assert_eq!(s.n_nodes(), 0);
+    assert_eq!(s.n_embeddings(), 0);
+    let names: Vec<String> = s.scopes().unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(names, vec!["kept".to_string()]);
+    assert_eq!(
+        s.get_text("kept", "c.md").unwrap().as_deref(),
+        Some("gamma")
+    );
+    s.flush().unwrap();
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod sled_backend {
@@ -400,4 +496,5 @@ conformance!(
     vectors_and_views,
     the_job_queue_coalesces_claims_once_and_keeps_history,
     fallback_marks_live_and_die_with_their_node,
+    a_forget_step_removes_sources_nodes_vectors_and_view_together,
 );

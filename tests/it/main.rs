@@ -11,6 +11,7 @@ mod crash;
 #[cfg(target_os = "linux")]
 mod diskfull;
 mod eval;
+mod forget;
 mod hybrid;
 mod layers;
 mod mcp;

@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The tools `strata mcp` lists, sorted.
-pub(crate) const TOOLS: [&str; 7] = [
+pub(crate) const TOOLS: [&str; 8] = [
     "context",
     "execute_analysis",
+    "forget",
     "grep",
     "load_corpus",
     "peek",
@@ -864,4 +865,73 @@ fn a_scoped_token_limits_an_mcp_session_to_its_scopes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `forget`: a read-only token may not forget; a writer names sources (or asks for the
+/// whole scope explicitly); what was forgotten is gone from every tool's answers and from
+/// the session's segments.
+#[test]
+fn the_forget_tool_writes_only_with_a_writing_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sample_store(dir.path());
+    let tokens = r#"[{"token": "r", "scopes": ["*"], "access": "read"}, {"token": "w", "scopes": ["docs"], "access": "write"}]"#;
+    let lincoln = repo()
+        .join("data/docs/1862-lincoln.txt")
+        .display()
+        .to_string();
+    let lincoln = lincoln.as_str();
+    let mut reader = Mcp::start(
+        &db,
+        &[],
+        &[("STRATA_SERVER_TOKENS", tokens), ("STRATA_MCP_TOKEN", "r")],
+    );
+    reader.initialize();
+    let e = reader.invalid("forget", json!({"scope": "docs", "sources": [lincoln]}));
+    assert!(e.contains("may read `docs` but not write it"), "{e}");
+    reader.finish();
+
+    let mut mcp = Mcp::start(
+        &db,
+        &[],
+        &[("STRATA_SERVER_TOKENS", tokens), ("STRATA_MCP_TOKEN", "w")],
+    );
+    mcp.initialize();
+    let seg = mcp.ok(
+        "load_corpus",
+        json!({"scope": "docs", "sources": [lincoln]}),
+    );
+    let seg_id = seg["segment"].as_str().unwrap().to_string();
+    assert!(
+        mcp.invalid("forget", json!({"scope": "docs"}))
+            .contains("whole_scope")
+    );
+    assert!(
+        mcp.invalid("forget", json!({"scope": "debate", "whole_scope": true}))
+            .contains("unknown scope")
+    );
+    let e = mcp.invalid("forget", json!({"scope": "docs", "sources": ["nope.txt"]}));
+    assert!(e.contains("has no source `nope.txt`"), "{e}");
+    let r = mcp.ok("forget", json!({"scope": "docs", "sources": [lincoln]}));
+    assert_eq!(r["sources"], json!([lincoln]), "{r}");
+    assert!(r["nodes"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["provenance"]["time"]["unix"].is_u64(), "{r}");
+    // Its segment is gone; no tool finds the text.
+    let e = mcp.invalid("load_corpus", json!({"segment": seg_id, "page": 1}));
+    assert!(e.contains("seg-"), "{e}");
+    let hits = mcp.ok(
+        "grep",
+        json!({"pattern": "emancipation", "scopes": ["docs"], "limit": 100}),
+    );
+    for h in hits["hits"].as_array().unwrap() {
+        assert!(!h.to_string().contains(lincoln), "{h}");
+    }
+    let r = mcp.call(
+        "peek",
+        json!({"scope": "docs", "source": lincoln, "start": 0, "end": 10}),
+    );
+    assert!(
+        r["error"].is_object() || r["result"]["isError"] == json!(true),
+        "{r}"
+    );
+    mcp.finish();
 }

@@ -24,8 +24,8 @@ pub mod scratch;
 
 use super::job::{Claimant, Job, JobKind, JobOutcome, JobState};
 use super::{
-    Backend, EmbedKey, Events, FallbackCounts, PendingMark, ReplicaStatus, ScopeLock, ScopeRecord,
-    SourceRecord, SourceStep, decode, encode,
+    Backend, EmbedKey, Events, FallbackCounts, ForgetStep, PendingMark, ReplicaStatus, ScopeLock,
+    ScopeRecord, SourceRecord, SourceStep, decode, encode,
 };
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -1151,6 +1151,93 @@ impl Backend for PgBackend {
                     )
                     .await?;
                 Ok(tx.query_one(&st, &[&s.name, &s.body]).await?.get::<_, i64>(0))
+            })
+        })?;
+        if let Some(v) = self.fences.lock().expect("poisoned").get_mut(&s.scope) {
+            *v = version;
+        }
+        Ok(())
+    }
+
+    fn forget(&self, step: &ForgetStep) -> Result<()> {
+        struct Step {
+            scope: String,
+            name: Vec<u8>,
+            body: Option<Vec<u8>>,
+            remove_nodes: Vec<Vec<u8>>,
+            remove_sources: Vec<Vec<u8>>,
+            fence: Option<i64>,
+        }
+        let scope = step.scope.clone();
+        let fence = self.fences.lock().expect("poisoned").get(&scope).copied();
+        let s = Arc::new(Step {
+            name: scope.as_bytes().to_vec(),
+            body: step.record.as_ref().map(encode).transpose()?,
+            remove_nodes: step.remove_nodes.iter().map(|id| id.0.to_vec()).collect(),
+            remove_sources: step
+                .remove_sources
+                .iter()
+                .map(|id| id.as_bytes().to_vec())
+                .collect(),
+            fence,
+            scope,
+        });
+        let s2 = s.clone();
+        let version = self.tx("forget", move |tx| {
+            let s = s2.clone();
+            Box::pin(async move {
+                feed_writer(tx).await?;
+                let st = tx
+                    .prepare_cached("SELECT version FROM scopes WHERE name = $1 FOR UPDATE")
+                    .await?;
+                let now = tx
+                    .query_opt(&st, &[&s.name])
+                    .await?
+                    .map_or(-1, |r| r.get::<_, i64>(0));
+                if let Some(expected) = s.fence
+                    && expected != now
+                {
+                    return Err(Error::Store(format!(
+                        "scope `{}` changed while this process held its lock (the connection holding it was lost); nothing was written: retry",
+                        s.scope
+                    ))
+                    .into());
+                }
+                remove_nodes(tx, &s.remove_nodes).await?;
+                if !s.remove_nodes.is_empty() {
+                    let st = tx
+                        .prepare_cached("DELETE FROM embeddings WHERE id = ANY($1)")
+                        .await?;
+                    tx.execute(&st, &[&s.remove_nodes]).await?;
+                }
+                if !s.remove_sources.is_empty() {
+                    let st = tx
+                        .prepare_cached("DELETE FROM sources WHERE scope = $1 AND id = ANY($2)")
+                        .await?;
+                    tx.execute(&st, &[&s.name, &s.remove_sources]).await?;
+                }
+                let st = tx
+                    .prepare_cached("DELETE FROM views WHERE scope = $1")
+                    .await?;
+                tx.execute(&st, &[&s.name]).await?;
+                match &s.body {
+                    Some(body) => {
+                        let st = tx
+                            .prepare_cached(
+                                "UPDATE scopes SET body = $2, version = version + 1 \
+                                 WHERE name = $1 RETURNING version",
+                            )
+                            .await?;
+                        Ok(tx.query_one(&st, &[&s.name, body]).await?.get::<_, i64>(0))
+                    }
+                    None => {
+                        let st = tx
+                            .prepare_cached("DELETE FROM scopes WHERE name = $1")
+                            .await?;
+                        tx.execute(&st, &[&s.name]).await?;
+                        Ok(-1)
+                    }
+                }
             })
         })?;
         if let Some(v) = self.fences.lock().expect("poisoned").get_mut(&s.scope) {

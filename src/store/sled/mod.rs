@@ -28,8 +28,8 @@
 
 use super::job::{self, JobTable, LocalQueue};
 use super::{
-    Backend, Claimant, EmbedKey, FallbackCounts, Job, JobKind, PendingMark, ScopeRecord,
-    SourceRecord, SourceStep, decode, encode,
+    Backend, Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, PendingMark,
+    ScopeRecord, SourceRecord, SourceStep, decode, encode,
 };
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -91,6 +91,25 @@ pub struct SledBackend {
 }
 
 impl SledBackend {
+    /// The embedders that have vectors here (keys are embedder prefix ++ node id: one
+    /// seek per distinct prefix).
+    fn embed_prefixes(&self) -> Result<Vec<EmbedKey>> {
+        let mut out = Vec::new();
+        let mut from = [0u8; 8];
+        while let Some((k, _)) = self.embeddings.range(&from[..]..).next().transpose()? {
+            let prefix: [u8; 8] = k
+                .get(..8)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| Error::DataCorruption("embedding key is not 40 bytes".into()))?;
+            out.push(EmbedKey(prefix));
+            match u64::from_be_bytes(prefix).checked_add(1) {
+                Some(next) => from = next.to_be_bytes(),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<SledBackend> {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io {
@@ -432,6 +451,60 @@ impl Backend for SledBackend {
             .map_err(txn_err("source write"))
     }
 
+    fn forget(&self, step: &ForgetStep) -> Result<()> {
+        let record = step.record.as_ref().map(encode).transpose()?;
+        let removed: Vec<Vec<u8>> = step
+            .remove_sources
+            .iter()
+            .map(|id| source_key(&step.scope, id))
+            .collect();
+        // Vectors are keyed by embedder ++ node id: every embedder's key of every node.
+        let prefixes = self.embed_prefixes()?;
+        let vectors: Vec<Vec<u8>> = step
+            .remove_nodes
+            .iter()
+            .flat_map(|id| prefixes.iter().map(move |p| embed_key(*p, id).to_vec()))
+            .collect();
+        (
+            &self.scopes,
+            &self.sources,
+            &self.texts,
+            &self.nodes,
+            &self.expiry,
+            &self.deadlines,
+            &self.unindexed,
+            &self.fallbacks,
+            &self.views,
+            &self.embeddings,
+        )
+            .transaction(|(sc, so, te, n, e, d, u, fb, vi, em)| {
+                let tx = NodeTx {
+                    nodes: n,
+                    expiry: e,
+                    deadlines: d,
+                    unindexed: u,
+                    fallbacks: fb,
+                };
+                for id in &step.remove_nodes {
+                    tx.remove(id)?;
+                }
+                for k in &vectors {
+                    em.remove(k.as_slice())?;
+                }
+                for key in &removed {
+                    so.remove(key.as_slice())?;
+                    te.remove(key.as_slice())?;
+                }
+                match &record {
+                    Some(r) => sc.insert(step.scope.as_bytes(), r.as_slice())?,
+                    None => sc.remove(step.scope.as_bytes())?,
+                };
+                vi.remove(step.scope.as_bytes())?;
+                Ok(())
+            })
+            .map_err(txn_err("forget"))
+    }
+
     fn pending_index(&self) -> Result<Vec<PendingMark>> {
         self.unindexed
             .iter()
@@ -513,18 +586,8 @@ impl Backend for SledBackend {
     }
 
     fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
-        // Keys are embedder prefix ++ node id: visit each distinct prefix with one seek.
-        let mut from = [0u8; 8];
-        while let Some((k, _)) = self.embeddings.range(&from[..]..).next().transpose()? {
-            let prefix: [u8; 8] = k
-                .get(..8)
-                .and_then(|p| p.try_into().ok())
-                .ok_or_else(|| Error::DataCorruption("embedding key is not 40 bytes".into()))?;
-            self.embeddings.remove(embed_key(EmbedKey(prefix), id))?;
-            match u64::from_be_bytes(prefix).checked_add(1) {
-                Some(next) => from = next.to_be_bytes(),
-                None => break,
-            }
+        for p in self.embed_prefixes()? {
+            self.embeddings.remove(embed_key(p, id))?;
         }
         Ok(())
     }
