@@ -92,8 +92,8 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         path: "/rlm/context/{id}",
-        methods: &["get"],
-        handler: || get(contexts::detail),
+        methods: &["get", "delete"],
+        handler: || get(contexts::detail).delete(contexts::delete),
     },
     Route {
         path: "/rlm/strategies",
@@ -166,6 +166,7 @@ pub(crate) const OTHER_ROUTES: &[(&str, &[&str])] = &[
         contexts::query,
         contexts::list,
         contexts::detail,
+        contexts::delete,
         contexts::strategies,
         contexts::stream,
         contexts::stream_modes,

@@ -8,10 +8,6 @@
 //! (transcribed too): 2xx, every declared field present (optional ones may be absent) with
 //! the declared JSON kind. strata's extra fields are allowed.
 //!
-//! Not replayed: `rlm.deleteContext` (`DELETE /api/v1/rlm/context/{id}`). Removing a
-//! scope needs the store's forget step (issue 24, part 1, on its own branch); until that
-//! lands strata answers it 405, and this replay is to gain that call then.
-//!
 //! Read at an0mium/aragora commit cd2985adf864aa9fcc10d2c26b906bbd00a0c2b6 (files
 //! `sdk/typescript/src/namespaces/rlm.ts`, `namespaces/debates.ts`, `client.ts`).
 //!
@@ -396,6 +392,15 @@ fn calls() -> Vec<Call> {
                 "status": "string",
             }),
         ),
+        // Last: the context goes.
+        call(
+            "rlm.deleteContext",
+            "DELETE",
+            "/api/v1/rlm/context/{context}",
+            &[],
+            None,
+            json!({"success": "boolean", "context_id": "string", "message": "string"}),
+        ),
     ]
 }
 
@@ -468,10 +473,23 @@ fn fill(body: &Value, context: &str) -> Value {
     }
 }
 
-/// The request as the SDK's `request()` sends it.
+/// The request as the SDK's `request()` sends it (no API key).
 async fn send(
     http: &reqwest::Client,
     base: &str,
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    body: Option<&Value>,
+) -> (u16, Value) {
+    send_as(http, base, None, method, path, query, body).await
+}
+
+/// The same with the SDK's `apiKey` (`Authorization: Bearer`).
+async fn send_as(
+    http: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
     method: &str,
     path: &str,
     query: &[(&str, &str)],
@@ -488,6 +506,9 @@ async fn send(
         .request(method.parse().unwrap(), url)
         .header("content-type", "application/json")
         .header("accept", "application/json");
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
     if let Some(b) = body {
         r = r.body(b.to_string());
     }
@@ -569,8 +590,9 @@ async fn every_rlm_request_of_the_typescript_sdk_answers_its_declared_type() {
     // Every call ran (getContextLevel once per level).
     assert_eq!(replayed.len(), calls().len() + LEVELS.len() - 1);
     assert!(context.starts_with("ctx_"), "{context}");
-    // What the answers say is about what was sent, not filler: the context holds the
-    // text, the debate's query cites its turns, the contexts list names the context.
+    // What the answers say is about what was sent, not filler: the contexts list names
+    // the debate and no longer the deleted context, which is gone; the debate's level
+    // holds its turns.
     let (_, v) = send(&http, &base, "POST", "/api/v1/rlm/contexts", &[], None).await;
     let ids: Vec<&str> = v["contexts"]
         .as_array()
@@ -579,9 +601,14 @@ async fn every_rlm_request_of_the_typescript_sdk_answers_its_declared_type() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert!(
-        ids.contains(&context.as_str()) && ids.contains(&"d1"),
+        !ids.contains(&context.as_str()) && ids.contains(&"d1"),
         "{v}"
     );
+    let path = format!("/api/v1/rlm/context/{context}");
+    for method in ["GET", "DELETE"] {
+        let (code, v) = send(&http, &base, method, &path, &[], None).await;
+        assert_eq!(code, 404, "{method} after delete: {v}");
+    }
     let (_, v) = send(
         &http,
         &base,
@@ -592,6 +619,92 @@ async fn every_rlm_request_of_the_typescript_sdk_answers_its_declared_type() {
     )
     .await;
     assert!(v["content"].as_str().unwrap().contains("Millbrook"), "{v}");
+}
+
+/// `rlm.deleteContext` honours the tokens as the other routes do (a context the token may
+/// not read is unknown, one it may read but not write is 403) and removes the context
+/// durably: it stays gone after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_context_honours_tokens_and_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"[server]
+token = "admin"
+
+[[server.tokens]]
+token = "reader"
+scopes = ["ctx_*"]
+access = "read"
+
+[[server.tokens]]
+token = "writer"
+scopes = ["ctx_*"]
+access = "write"
+
+[[server.tokens]]
+token = "team"
+scopes = ["team-*"]
+access = "write"
+"#;
+    let http = reqwest::Client::new();
+    let s = Served::start(dir.path(), config, &[]);
+    let base = format!("http://{}", s.addr);
+    let body =
+        json!({"content": "The ferry needs 12 berths at Millbrook quay.", "source_type": "text"});
+    let compress = "/api/v1/rlm/compress";
+    let (code, v) = send_as(
+        &http,
+        &base,
+        Some("writer"),
+        "POST",
+        compress,
+        &[],
+        Some(&body),
+    )
+    .await;
+    assert!((200..300).contains(&code), "{v}");
+    let ctx = v["context_id"].as_str().unwrap().to_string();
+    let path = format!("/api/v1/rlm/context/{ctx}");
+    for (token, status) in [
+        (None, 401),
+        (Some("nope"), 401),
+        (Some("team"), 404),
+        (Some("reader"), 403),
+    ] {
+        let (code, v) = send_as(&http, &base, token, "DELETE", &path, &[], None).await;
+        assert_eq!(code, status, "{token:?}: {v}");
+    }
+    let unknown = "/api/v1/rlm/context/ctx_0123456789abcdef";
+    let (code, v) = send_as(&http, &base, Some("admin"), "DELETE", unknown, &[], None).await;
+    assert_eq!(code, 404, "{v}");
+    // The refused deletes removed nothing.
+    let (code, _) = send_as(&http, &base, Some("reader"), "GET", &path, &[], None).await;
+    assert_eq!(code, 200);
+    let (code, v) = send_as(&http, &base, Some("writer"), "DELETE", &path, &[], None).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["success"], true, "{v}");
+    assert_eq!(v["context_id"], json!(ctx), "{v}");
+    assert_eq!(v["scope_removed"], true, "{v}");
+    drop(s);
+    let s = Served::start(dir.path(), config, &[]);
+    let base = format!("http://{}", s.addr);
+    let (code, v) = send_as(&http, &base, Some("admin"), "GET", &path, &[], None).await;
+    assert_eq!(code, 404, "after a restart: {v}");
+    let contexts = "/api/v1/rlm/contexts";
+    let (_, v) = send_as(&http, &base, Some("admin"), "GET", contexts, &[], None).await;
+    assert_eq!(v["total"], 0, "{v}");
+    // The same content compressed again makes the context anew.
+    let (code, v) = send_as(
+        &http,
+        &base,
+        Some("writer"),
+        "POST",
+        compress,
+        &[],
+        Some(&body),
+    )
+    .await;
+    assert!((200..300).contains(&code), "{v}");
+    assert_eq!(v["context_id"], json!(ctx));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

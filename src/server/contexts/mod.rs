@@ -360,6 +360,39 @@ pub(super) async fn detail(
     Ok(Json(d))
 }
 
+/// What `DELETE /rlm/context/{id}` did: aragora's fields and what was removed.
+#[derive(Serialize, ToSchema)]
+pub(super) struct ContextDeleted {
+    success: bool,
+    context_id: String,
+    message: String,
+    #[serde(flatten)]
+    forgotten: super::forget::Forgotten,
+}
+
+/// Deletes a context: its scope is forgotten — sources, every node, vectors and index
+/// entries — durably before the answer. A context the token may not read is unknown
+/// (404, as for GET), one it may read but not write is 403.
+#[utoipa::path(delete, path = "/api/v1/rlm/context/{id}", tag = "rlm-contexts",
+    params(("id" = String, Path, description = "The context (a scope)")),
+    responses((status = 200, description = "Deleted durably", body = ContextDeleted)))]
+pub(super) async fn delete(
+    State(s): State<Arc<AppState>>,
+    access: Access,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<ContextDeleted>> {
+    check_read(&access, &id)?;
+    s.engine.scope(&id)?;
+    check_write(&access, &id)?;
+    let forgotten = super::forget::run(&s, id.clone(), Vec::new()).await?;
+    Ok(Json(ContextDeleted {
+        success: true,
+        message: "Context deleted".into(),
+        context_id: id,
+        forgotten,
+    }))
+}
+
 mod stats;
 mod stream;
 
