@@ -282,6 +282,35 @@ async fn mcp_over_http_shares_the_store_and_the_tokens_of_the_rest_api() {
         .tool("context", json!({"scope": "team-a-docs", "budget": 300}))
         .await
         .unwrap();
+
+    // The one writing tool: refused to the read-only token, and what the full token's
+    // session forgets is gone for the REST API too.
+    let e = reader
+        .tool(
+            "forget",
+            json!({"scope": "team-a-docs", "whole_scope": true}),
+        )
+        .await
+        .unwrap_err();
+    assert!(e["message"].as_str().unwrap().contains("not write"), "{e}");
+    let f = admin
+        .tool(
+            "forget",
+            json!({"scope": "team-b-docs", "whole_scope": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(f["scope_removed"], true, "{f}");
+    let r = reqwest::Client::new()
+        .get(format!(
+            "http://{}/api/v1/rlm/context/team-b-docs",
+            served.addr
+        ))
+        .bearer_auth("admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
 }
 
 /// The official Python MCP SDK's streamable-HTTP client against `strata serve`'s `/mcp`
