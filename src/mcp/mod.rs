@@ -1,5 +1,8 @@
 //! `strata mcp`: the engine as a Model Context Protocol server over stdio, for agents
-//! (Claude, Cursor, any tool-calling loop), on the official Rust SDK (`rmcp`).
+//! (Claude, Cursor, any tool-calling loop), on the official Rust SDK (`rmcp`). The same
+//! server type answers MCP over Streamable HTTP at `strata serve`'s `/mcp` (one [`Strata`]
+//! per MCP session, on the REST API's engine; see `server::mcp`): there a session belongs
+//! to the token that opened it ([`Caller`]).
 //!
 //! The tools: `load_corpus` (a scope's nodes, filtered and paged, kept as a segment),
 //! `sub_query` (one prompt template over up to 100 items through the sub model, outputs
@@ -34,7 +37,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Serves MCP on this process's stdin and stdout until the client closes stdin. Logs go
 /// to stderr: stdout carries only protocol messages.
@@ -139,6 +142,24 @@ pub(crate) fn provenance_time(now: u64) -> Value {
 
 pub(crate) use crate::navigate::off_executor as blocking;
 
+/// Who sent an MCP request over HTTP: the access its bearer token gives and a hash of the
+/// token. The HTTP server puts it in the request's extensions; rmcp hands the request's
+/// parts to the handler.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub access: Access,
+    pub key: [u8; 32],
+}
+
+/// The [`Caller`] of the request `context` belongs to (none over stdio).
+fn caller_of(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Caller> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .cloned()
+}
+
 /// The MCP server: the engine, this session's state, and the tools.
 #[derive(Clone)]
 pub struct Strata {
@@ -146,6 +167,9 @@ pub struct Strata {
     session: Arc<session::Session>,
     /// The scopes this session may read (`strata mcp --token`: a token's grant).
     access: Access,
+    /// Over HTTP: the caller that opened the session (its `initialize`). Every later tool
+    /// call must come with the same token, and reads what that token may read.
+    owner: Arc<OnceLock<Caller>>,
     tool_router: ToolRouter<Strata>,
 }
 
@@ -155,6 +179,7 @@ impl Strata {
             engine,
             session: Arc::default(),
             access: Access::full(),
+            owner: Arc::default(),
             tool_router: Strata::tool_router(),
         }
     }
@@ -381,6 +406,51 @@ pub(crate) struct Forget {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Strata {
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> std::result::Result<rmcp::model::InitializeResult, ErrorData> {
+        if let Some(c) = caller_of(&context) {
+            // The first initialize binds the session; a repeated one cannot rebind it.
+            let _ = self.owner.set(c);
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> std::result::Result<rmcp::model::CallToolResponse, ErrorData> {
+        use rmcp::handler::server::tool::ToolCallContext;
+        match (self.owner.get(), caller_of(&context)) {
+            // stdio: the access the process was started with.
+            (None, None) => {
+                let tcc = ToolCallContext::new(self, request, context);
+                self.tool_router.call(tcc).await
+            }
+            // HTTP, a session: its token, and no other, reads what it may read.
+            (Some(owner), Some(c)) if owner.key == c.key => {
+                let this = self.clone().with_access(owner.access.clone());
+                let tcc = ToolCallContext::new(&this, request, context);
+                this.tool_router.call(tcc).await
+            }
+            // HTTP without a session (a stateless request, protocol 2026-07-28): rmcp made
+            // this server for this one request; it reads what the request's token may.
+            (None, Some(c)) => {
+                let this = self.clone().with_access(c.access);
+                let tcc = ToolCallContext::new(&this, request, context);
+                this.tool_router.call(tcc).await
+            }
+            (Some(_), _) => Err(ErrorData::invalid_request(
+                "this MCP session was opened with another token",
+                None,
+            )),
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("strata", env!("CARGO_PKG_VERSION")))

@@ -14,6 +14,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiQuer
 
 /// Whether a `Content-Type` value says JSON: `application/json` or `application/*+json`,
 /// any case, with any parameters (`; charset=utf-8`).
-fn is_json(content_type: &str) -> bool {
+pub(super) fn is_json(content_type: &str) -> bool {
     let essence = content_type
         .split(';')
         .next()
@@ -132,8 +133,36 @@ impl<T: DeserializeOwned + Default> FromRequest<Arc<AppState>> for OptJson<T> {
     }
 }
 
+/// An optional whole number written as a JSON number or as a string of digits (`3` or
+/// `"3"`): aragora's server takes both where it converts with `int(...)` or falls back to a
+/// default (`max_iterations`, `max_nodes`, `chunk_size`). Anything else is refused as a
+/// wrong type.
+pub(super) fn lenient_int<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::Error;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Int {
+        N(i64),
+        S(String),
+    }
+    let n = match Option::<Int>::deserialize(d)? {
+        None => return Ok(None),
+        Some(Int::N(n)) => n,
+        Some(Int::S(s)) => s.trim().parse::<i64>().map_err(|_| {
+            D::Error::custom(format!("expected a whole number, found the string {s:?}"))
+        })?,
+    };
+    T::try_from(n)
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("{n} is out of range")))
+}
+
 /// Errors are one line.
-fn one_line(s: &str) -> String {
+pub(super) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

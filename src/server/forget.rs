@@ -51,7 +51,11 @@ impl From<ForgetReport> for Forgotten {
     }
 }
 
-async fn run(s: &Arc<AppState>, scope: String, sources: Vec<String>) -> ApiResult<Forgotten> {
+pub(super) async fn run(
+    s: &Arc<AppState>,
+    scope: String,
+    sources: Vec<String>,
+) -> ApiResult<Forgotten> {
     let st = s.clone();
     let name = scope.clone();
     let report = blocking(move || Ok(st.engine.forget(&name, &sources, unix_now())?)).await?;

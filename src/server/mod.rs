@@ -4,7 +4,8 @@
 //! the latter); the RLM routes speak aragora's REST API besides strata's ([`aragora`]);
 //! errors are RFC 9457 problem details; `/api/openapi.json` documents it all ([`openapi`]).
 //! Tokens open all scopes or some ([`access`]); the connections are held to time limits and
-//! caps ([`edge`]); `Host`, `Origin` and CORS keep web pages out ([`policy`]).
+//! caps ([`edge`]); `Host`, `Origin` and CORS keep web pages out ([`policy`]). `/mcp`
+//! serves the MCP tools over Streamable HTTP on the same engine, tokens and guard ([`mcp`]).
 
 mod aragora;
 mod contexts;
@@ -12,6 +13,7 @@ mod edge;
 mod extract;
 mod follow;
 mod forget;
+mod mcp;
 pub mod openapi;
 mod policy;
 
@@ -55,6 +57,8 @@ pub struct AppState {
     queried: Mutex<HashMap<String, (u64, QuerySummary)>>,
     /// Queries running now, per scope (refinement-status's `active_queries`).
     active: Mutex<HashMap<String, usize>>,
+    /// Cancelled when the server shuts down: ends the `/mcp` sessions and their streams.
+    mcp_stop: tokio_util::sync::CancellationToken,
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -283,7 +287,9 @@ pub async fn run(
         policy,
         queried: Mutex::new(HashMap::new()),
         active: Mutex::new(HashMap::new()),
+        mcp_stop: tokio_util::sync::CancellationToken::new(),
     });
+    let mcp_stop = state.mcp_stop.clone();
     // On a shared store, the index follows the other replicas' changes.
     let follower = follow::spawn_follower(engine.clone(), stop_rx.clone());
     let warmer = (cfg.warm_before_secs > 0).then(|| tokio::spawn(warm(state.clone(), stop_rx)));
@@ -308,6 +314,7 @@ pub async fn run(
     let shutdown = async move {
         shutdown.await;
         let _ = stop_tx.send(true);
+        mcp_stop.cancel();
     };
     edge::serve(listener, app, limits, shutdown).await;
 
@@ -370,7 +377,11 @@ pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.cfg.body_limit_bytes;
     let guard = middleware::from_fn_with_state(state.clone(), policy::guard);
     let api = api_routes().route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    let mcp = Router::new()
+        .route_service("/mcp", mcp::service(&state))
+        .route_layer(middleware::from_fn_with_state(state.clone(), mcp::guard));
     Router::new()
+        .merge(mcp)
         .nest("/api/v1", api.clone())
         .nest("/api", api)
         .route("/api/openapi.json", get(openapi::document))

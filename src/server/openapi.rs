@@ -37,8 +37,8 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         path: "/debates/{id}/context/{level}",
-        methods: &["get"],
-        handler: || get(aragora::context),
+        methods: &["get", "post"],
+        handler: || get(aragora::context).post(aragora::context),
     },
     Route {
         path: "/debates/{id}/query-rlm",
@@ -87,18 +87,18 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         path: "/rlm/contexts",
-        methods: &["get"],
-        handler: || get(contexts::list),
+        methods: &["get", "post"],
+        handler: || get(contexts::list).post(contexts::list),
     },
     Route {
         path: "/rlm/context/{id}",
-        methods: &["get"],
-        handler: || get(contexts::detail),
+        methods: &["get", "delete"],
+        handler: || get(contexts::detail).delete(contexts::delete),
     },
     Route {
         path: "/rlm/strategies",
-        methods: &["get"],
-        handler: || get(contexts::strategies),
+        methods: &["get", "post"],
+        handler: || get(contexts::strategies).post(contexts::strategies),
     },
     Route {
         path: "/rlm/stream",
@@ -107,13 +107,13 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         path: "/rlm/stream/modes",
-        methods: &["get"],
-        handler: || get(contexts::stream_modes),
+        methods: &["get", "post"],
+        handler: || get(contexts::stream_modes).post(contexts::stream_modes),
     },
     Route {
         path: "/rlm/stats",
-        methods: &["get"],
-        handler: || get(contexts::stats),
+        methods: &["get", "post"],
+        handler: || get(contexts::stats).post(contexts::stats),
     },
     Route {
         path: "/rlm/status",
@@ -122,8 +122,12 @@ pub(crate) const ROUTES: &[Route] = &[
     },
     Route {
         path: "/rlm/codebase/health",
-        methods: &["get"],
-        handler: || get(contexts::codebase_health),
+        methods: &["get", "post", "delete"],
+        handler: || {
+            get(contexts::codebase_health)
+                .post(contexts::codebase_health)
+                .delete(contexts::codebase_health_reset)
+        },
     },
     Route {
         path: "/metrics/rlm",
@@ -162,12 +166,14 @@ pub(crate) const OTHER_ROUTES: &[(&str, &[&str])] = &[
         contexts::query,
         contexts::list,
         contexts::detail,
+        contexts::delete,
         contexts::strategies,
         contexts::stream,
         contexts::stream_modes,
         contexts::stats,
         contexts::status,
         contexts::codebase_health,
+        contexts::codebase_health_reset,
         contexts::dashboard,
         document,
         super::metrics,

@@ -173,7 +173,7 @@ fn allow_origin(h: &mut HeaderMap, origin: &str) {
         h.append(header::VARY, HeaderValue::from_static("origin"));
         h.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("retry-after, www-authenticate, allow"),
+            HeaderValue::from_static("retry-after, www-authenticate, allow, mcp-session-id"),
         );
     }
 }
@@ -189,7 +189,10 @@ fn preflight(origin: &str) -> Response {
     );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type"),
+        // The MCP ones: `/mcp`'s session, protocol version and stream resumption.
+        HeaderValue::from_static(
+            "authorization, content-type, mcp-session-id, mcp-protocol-version, last-event-id",
+        ),
     );
     h.insert(
         header::ACCESS_CONTROL_MAX_AGE,

@@ -132,6 +132,13 @@ async fn every_error_is_problem_details() {
             )),
             400,
         ),
+        // aragora's server: `workspace_id is required`.
+        (
+            M::POST,
+            "/api/v1/knowledge/query-rlm",
+            Some(("application/json", r#"{"query": "q"}"#)),
+            400,
+        ),
         (
             M::POST,
             "/api/v1/rlm/query",
@@ -220,7 +227,14 @@ async fn both_prefixes_speak_aragora_and_strata() {
     ] {
         assert!(!b[f].as_array().unwrap().is_empty(), "{f}: {b}");
     }
-    for (given, clamped) in [(99, 10), (-5, 1), (7, 7)] {
+    // A number or, as aragora's server takes it, a string of digits.
+    for (given, clamped) in [
+        (json!(99), 10),
+        (json!(-5), 1),
+        (json!(7), 7),
+        (json!("3"), 3),
+        (json!(" 12 "), 10),
+    ] {
         let q = json!({"query": "audit riders", "max_iterations": given});
         let (code, v) = s.post("/api/v1/debates/d1/query-rlm", q).await;
         assert_eq!(
@@ -229,6 +243,10 @@ async fn both_prefixes_speak_aragora_and_strata() {
             "{v}"
         );
     }
+    let q = json!({"query": "audit riders", "max_iterations": "three"});
+    let (code, v) = s.post("/api/v1/debates/d1/query-rlm", q).await;
+    assert_eq!(code, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("whole number"), "{v}");
     // A time limit the query stays within changes nothing.
     let q =
         json!({"query": "How many daily riders did the audit confirm?", "time_limit_ms": 60000});

@@ -2,6 +2,7 @@
 
 mod aragora_api;
 mod aragora_sdk;
+mod aragora_ts_sdk;
 mod bad_input;
 mod chunk_boundaries;
 mod cli;
@@ -14,6 +15,7 @@ mod forget;
 mod hybrid;
 mod layers;
 mod mcp;
+mod mcp_http;
 mod navigate;
 mod openai;
 mod pipeline;

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The tools `strata mcp` lists, sorted.
-const TOOLS: [&str; 8] = [
+pub(crate) const TOOLS: [&str; 8] = [
     "context",
     "execute_analysis",
     "forget",
@@ -733,7 +733,7 @@ fn sub_query_validates_retries_once_and_keeps_input_order() {
 /// The official Python MCP SDK's python (PyPI `mcp` 2.3.0): `STRATA_MCP_PYTHON`, else
 /// target/mcp-client-venv (scripts/mcp-client-venv.sh). None (with a message) when there
 /// is none, unless `STRATA_MCP_REQUIRED=1` (set by `.ci/run` once the venv exists).
-fn mcp_python() -> Option<std::path::PathBuf> {
+pub(crate) fn mcp_python() -> Option<std::path::PathBuf> {
     let python = std::env::var_os("STRATA_MCP_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| repo().join("target/mcp-client-venv/bin/python"));

@@ -681,16 +681,22 @@ access = "write"
         &post_json(&reader, "/api/v1/rlm/compress", json!({"content": "new"})),
         403,
     );
-    let k = |extra: Value| {
+    let k = |prefix: &str, extra: Value| {
         let mut body = q.clone();
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
-        post_json(&reader, "/api/v1/knowledge/query-rlm", body)
+        post_json(&reader, &format!("{prefix}/knowledge/query-rlm"), body)
     };
-    names_only(&k(json!({"scopes": ["team-b-1"]})), "team-b-1");
-    names_only(&k(json!({"workspace_id": "team-b-docs"})), "team-b-docs");
-    let r = k(json!({}));
+    names_only(&k("/api/v1", json!({"scopes": ["team-b-1"]})), "team-b-1");
+    names_only(
+        &k("/api/v1", json!({"workspace_id": "team-b-docs"})),
+        "team-b-docs",
+    );
+    // No scope named: under /api/v1 aragora's rule (workspace_id required), under /api
+    // every scope the token may read.
+    is_problem(&k("/api/v1", json!({})), 400);
+    let r = k("/api", json!({}));
     assert_eq!(r.status, 200, "{r:?}");
     let cited: Vec<String> = r.json()["citations"]
         .as_array()

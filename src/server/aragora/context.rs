@@ -40,8 +40,8 @@ pub(in crate::server) struct ContextResponse {
 }
 
 /// A debate (or any scope) at one level, within `?budget=` tokens (a fixed level without
-/// one: all of it; `auto` needs one).
-#[utoipa::path(get, path = "/api/v1/debates/{id}/context/{level}", tag = "rlm",
+/// one: all of it; `auto` needs one). GET; aragora's TypeScript SDK POSTs (no body).
+#[utoipa::path(method(get, post), path = "/api/v1/debates/{id}/context/{level}", tag = "rlm",
     params(("id" = String, Path, description = "The debate (or document scope)"),
         ("level" = String, Path, description = "ABSTRACT, SUMMARY, DETAILED, RAW/FULL, METADATA or AUTO, any case"),
         ("budget" = Option<usize>, Query, description = "Tokens at most (required for auto)"),

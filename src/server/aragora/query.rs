@@ -13,7 +13,8 @@ pub(in crate::server) struct DebateQuery {
     #[serde(default)]
     strategy: Option<String>,
     /// Navigation iterations; outside 1-10 clamped.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::server::extract::lenient_int")]
+    #[schema(value_type = Option<i64>)]
     max_iterations: Option<i64>,
     /// Where navigation starts: ABSTRACT, SUMMARY, DETAILED, RAW (= FULL) or METADATA, any
     /// case.
@@ -40,7 +41,8 @@ pub(in crate::server) struct KnowledgeQuery {
     query: String,
     #[serde(default)]
     strategy: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::server::extract::lenient_int")]
+    #[schema(value_type = Option<i64>)]
     max_iterations: Option<i64>,
     #[serde(default)]
     start_level: Option<String>,
@@ -51,7 +53,8 @@ pub(in crate::server) struct KnowledgeQuery {
     #[serde(default)]
     workspace_id: Option<String>,
     /// Nodes one search may return (1-1000, clamped).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::server::extract::lenient_int")]
+    #[schema(value_type = Option<i64>)]
     max_nodes: Option<i64>,
     /// Answer from what was gathered after this many milliseconds (0 = no limit; default
     /// `query.time_limit_ms`; at most an hour): `limit_hit` is then `time_limit`.
@@ -76,7 +79,8 @@ pub(in crate::server) struct ContextQuery {
     #[serde(default)]
     strategy: Option<String>,
     /// With `refine`, the iterations (1-10, clamped); without, the configured default.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::server::extract::lenient_int")]
+    #[schema(value_type = Option<i64>)]
     max_iterations: Option<i64>,
     #[serde(default)]
     start_level: Option<String>,
@@ -385,14 +389,23 @@ pub(in crate::server) struct KnowledgeResponse {
 }
 
 /// Answers a question across scopes (aragora's knowledge mound: a workspace is a scope).
+/// Under `/api/v1` a query names its `workspace_id` (or strata's `scopes`), as aragora's
+/// server requires (400 otherwise); under `/api` none named searches every scope the
+/// caller may read.
 #[utoipa::path(post, path = "/api/v1/knowledge/query-rlm", tag = "rlm",
     request_body = KnowledgeQuery,
     responses((status = 200, description = "The answer", body = KnowledgeResponse)))]
 pub(in crate::server) async fn query_knowledge(
     State(s): State<Arc<AppState>>,
     access: Access,
+    matched: MatchedPath,
     ApiJson(q): ApiJson<KnowledgeQuery>,
 ) -> ApiResult<Json<KnowledgeResponse>> {
+    if matched.as_str().starts_with("/api/v1/") && q.workspace_id.is_none() && q.scopes.is_none() {
+        return Err(ApiError::bad(
+            "workspace_id is required: the workspace (a scope) to search (under /api, a query without one searches every scope)",
+        ));
+    }
     let mut scopes = q.scopes.clone().unwrap_or_default();
     if let Some(w) = &q.workspace_id {
         if !aragora_id(w) {

@@ -250,8 +250,8 @@ fn int_param(
 }
 
 /// Lists the contexts (every scope the caller may see), `?limit=` (default 50, at most 100)
-/// from `?offset=`.
-#[utoipa::path(get, path = "/api/v1/rlm/contexts", tag = "rlm-contexts",
+/// from `?offset=` (GET; aragora's SDK POSTs).
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/contexts", tag = "rlm-contexts",
     params(("limit" = Option<usize>, Query, description = "At most 100; default 50"),
         ("offset" = Option<usize>, Query, description = "Default 0")),
     responses((status = 200, description = "The contexts", body = ContextList)))]
@@ -358,6 +358,39 @@ pub(super) async fn detail(
     })
     .await?;
     Ok(Json(d))
+}
+
+/// What `DELETE /rlm/context/{id}` did: aragora's fields and what was removed.
+#[derive(Serialize, ToSchema)]
+pub(super) struct ContextDeleted {
+    success: bool,
+    context_id: String,
+    message: String,
+    #[serde(flatten)]
+    forgotten: super::forget::Forgotten,
+}
+
+/// Deletes a context: its scope is forgotten — sources, every node, vectors and index
+/// entries — durably before the answer. A context the token may not read is unknown
+/// (404, as for GET), one it may read but not write is 403.
+#[utoipa::path(delete, path = "/api/v1/rlm/context/{id}", tag = "rlm-contexts",
+    params(("id" = String, Path, description = "The context (a scope)")),
+    responses((status = 200, description = "Deleted durably", body = ContextDeleted)))]
+pub(super) async fn delete(
+    State(s): State<Arc<AppState>>,
+    access: Access,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<ContextDeleted>> {
+    check_read(&access, &id)?;
+    s.engine.scope(&id)?;
+    check_write(&access, &id)?;
+    let forgotten = super::forget::run(&s, id.clone(), Vec::new()).await?;
+    Ok(Json(ContextDeleted {
+        success: true,
+        message: "Context deleted".into(),
+        context_id: id,
+        forgotten,
+    }))
 }
 
 mod stats;

@@ -59,8 +59,8 @@ pub(in crate::server) struct RlmStats {
     disk_bytes: u64,
 }
 
-/// Cache, contexts and store numbers.
-#[utoipa::path(get, path = "/api/v1/rlm/stats", tag = "rlm-contexts",
+/// Cache, contexts and store numbers (GET; aragora's TypeScript SDK POSTs).
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/stats", tag = "rlm-contexts",
     responses((status = 200, description = "The numbers", body = RlmStats)))]
 pub(in crate::server) async fn stats(
     State(s): State<Arc<AppState>>,
@@ -119,11 +119,17 @@ pub(in crate::server) struct CodebaseHealth {
     unindexed: usize,
     rlm: RlmReadiness,
     timestamp: String,
+    /// DELETE only: always false (there is no codebase analysis to reset; see
+    /// [`codebase_health_reset`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reset: Option<bool>,
 }
 
 /// The health of what strata serves from: its store and index (aragora's codebase
-/// context is strata's corpus).
-#[utoipa::path(get, path = "/api/v1/rlm/codebase/health", tag = "rlm-contexts",
+/// context is strata's corpus). GET or POST: aragora's server answers a POST (its SDK's
+/// `analyzeCodebaseHealth`) with the same report, its POST handler leaving the path to
+/// the GET one; strata runs no analysis either.
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/codebase/health", tag = "rlm-contexts",
     responses((status = 200, description = "The health", body = CodebaseHealth)))]
 pub(in crate::server) async fn codebase_health(
     State(s): State<Arc<AppState>>,
@@ -151,7 +157,24 @@ pub(in crate::server) async fn codebase_health(
             max_content_bytes: s.cfg.body_limit_bytes,
         },
         timestamp: iso8601(unix_now()),
+        reset: None,
     }))
+}
+
+/// `DELETE` (aragora's SDK's `resetCodebaseHealth`): the health report, with `reset:
+/// false`. aragora's server keeps no codebase health data to reset: its DELETE handler
+/// handles only `/rlm/context/{id}` and leaves this path to the GET handler, which answers
+/// the report. strata does the same (nothing is removed, so no write access is needed) and
+/// adds the `reset` field the SDK's type declares, false: nothing was reset.
+#[utoipa::path(delete, path = "/api/v1/rlm/codebase/health", tag = "rlm-contexts",
+    responses((status = 200, description = "The health; `reset` is false", body = CodebaseHealth)))]
+pub(in crate::server) async fn codebase_health_reset(
+    state: State<Arc<AppState>>,
+    access: Access,
+) -> ApiResult<Json<CodebaseHealth>> {
+    let Json(mut h) = codebase_health(state, access).await?;
+    h.reset = Some(false);
+    Ok(Json(h))
 }
 
 #[derive(Serialize, ToSchema)]

@@ -8,6 +8,9 @@ pub(in crate::server) struct StrategyInfo {
     name: String,
     description: String,
     use_case: String,
+    /// What share of the context a query reads (aragora gives a percentage; strata says
+    /// what is read, and each answer's `tokens_processed` the tokens).
+    token_reduction: String,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -17,66 +20,76 @@ pub(in crate::server) struct Strategies {
     documentation: String,
 }
 
-fn describe(s: Strategy) -> (&'static str, &'static str, &'static str) {
+/// A strategy's name, description, use case and what it reads.
+fn describe(s: Strategy) -> (&'static str, &'static str, &'static str, &'static str) {
     match s {
         Strategy::Auto => (
             "Auto",
             "The root model chooses every step when one is configured; otherwise the hierarchical descent",
             "General purpose",
+            "varies with the strategy chosen",
         ),
         Strategy::Offline => (
             "Offline",
             "Always the offline (BM25) navigator, its hierarchical descent; no model is called",
             "Deterministic answers, no model cost",
+            "reads at most query.max_nodes hits per step, never the whole context",
         ),
         Strategy::Peek => (
             "Peek",
             "Reads the overview and every group's summary, keeps the groups whose text matches, reads their chunks whole",
             "Rapid exploration, questions about what a section says",
+            "reads the overview, every group's summary and the matching groups' chunks",
         ),
         Strategy::Grep => (
             "Grep",
             "One flat search over every chunk (detailed and full text), no descent",
             "Finding a specific fact, a name, a number",
+            "reads only the chunks the search returns",
         ),
         Strategy::PartitionMap => (
             "Partition Map",
             "Searches each group on its own and lets each group's best chunk compete (a root model: one helper call per group)",
             "Questions whose evidence is spread over many rounds or sections",
+            "reads each group's best chunk and the chunks that win",
         ),
         Strategy::Summarize => (
             "Summarize",
             "The compressed levels decide: groups by their SUMMARY, chunks by their DETAILED; full text is read only to cite",
             "Long documents, getting the gist",
+            "reads the compressed levels; full text only for the cited spans",
         ),
         Strategy::Hierarchical => (
             "Hierarchical",
             "Down the pre-built tree: ABSTRACT, groups by the evidence beneath them, chunks within the groups",
             "Complex documents, iterative exploration",
+            "reads one path down the tree per step",
         ),
         Strategy::Code => (
             "Code",
             "The root model writes one sandboxed Rhai program per iteration that evaluates the whole working set (grep, peek, children, search, llm_query, llm_batch); without a root model, the hierarchical descent",
             "Questions that need many nodes compared or filtered at once",
+            "reads what the program selects, within its operation limits",
         ),
     }
 }
 
-/// The strategies a query may name.
-#[utoipa::path(get, path = "/api/v1/rlm/strategies", tag = "rlm-contexts",
+/// The strategies a query may name (GET; aragora's SDK POSTs).
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/strategies", tag = "rlm-contexts",
     responses((status = 200, description = "The strategies", body = Strategies)))]
 pub(in crate::server) async fn strategies() -> Json<Strategies> {
     Json(Strategies {
         strategies: Strategy::ALL
             .into_iter()
             .map(|s| {
-                let (name, description, use_case) = describe(s);
+                let (name, description, use_case, token_reduction) = describe(s);
                 (
                     s.name().to_string(),
                     StrategyInfo {
                         name: name.into(),
                         description: description.into(),
                         use_case: use_case.into(),
+                        token_reduction: token_reduction.into(),
                     },
                 )
             })
@@ -103,7 +116,8 @@ pub(in crate::server) struct StreamRequest {
     #[serde(default)]
     level: Option<String>,
     /// Tokens per chunk, about (default 500).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::server::extract::lenient_int")]
+    #[schema(value_type = Option<usize>)]
     chunk_size: Option<usize>,
     #[serde(default)]
     include_metadata: Option<bool>,
@@ -124,6 +138,8 @@ pub(in crate::server) struct StreamChunk {
 pub(in crate::server) struct StreamResponse {
     context_id: String,
     mode: String,
+    /// The query, when one was given (left out otherwise, as aragora's SDK types it).
+    #[serde(skip_serializing_if = "Option::is_none")]
     query: Option<String>,
     chunks: Vec<StreamChunk>,
     total_chunks: usize,
@@ -326,8 +342,8 @@ pub(in crate::server) struct StreamModes {
     modes: Vec<StreamMode>,
 }
 
-/// The modes of `/rlm/stream`.
-#[utoipa::path(get, path = "/api/v1/rlm/stream/modes", tag = "rlm-contexts",
+/// The modes of `/rlm/stream` (GET; aragora's SDK POSTs).
+#[utoipa::path(method(get, post), path = "/api/v1/rlm/stream/modes", tag = "rlm-contexts",
     responses((status = 200, description = "The modes", body = StreamModes)))]
 pub(in crate::server) async fn stream_modes() -> Json<StreamModes> {
     Json(StreamModes {
