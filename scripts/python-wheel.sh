@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE="${STRATA_PROFILE:-debug}"
 PY="${PYTHON:-python3}"
+TARGET="${CARGO_TARGET_DIR:-target}"
 BUILD=target/py-build
 if [[ ! -x $BUILD/bin/maturin ]]; then
   "$PY" -m venv "$BUILD"
@@ -23,7 +24,7 @@ else
   flags=(--profile dev)
 fi
 mkdir -p crates/strata-py/python/strata/bin
-cp "target/$PROFILE/strata" crates/strata-py/python/strata/bin/strata
+cp "$TARGET/$PROFILE/strata" crates/strata-py/python/strata/bin/strata
 # Debug symbols would make the wheel ~290 MB.
 if command -v strip >/dev/null 2>&1; then strip crates/strata-py/python/strata/bin/strata; fi
 rm -rf target/wheels && mkdir -p target/wheels
