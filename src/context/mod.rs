@@ -17,7 +17,7 @@ pub(crate) use focus::window as focused;
 use serde::Serialize;
 
 /// A fixed level, or the best mix under the budget.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LevelChoice {
     Fixed(Level),
     Auto,
