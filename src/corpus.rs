@@ -127,6 +127,11 @@ impl<'a> Corpus<'a> {
         self.index.analyze(text)
     }
 
+    /// `n`'s sentences as the navigator scores them, analysed once per FULL chunk.
+    pub(crate) fn sentences_of(&self, n: &Node) -> Arc<[crate::index::ScoredSentence]> {
+        self.index.sentences_of(n)
+    }
+
     /// Every term of `text` as the index sees it, repeats kept.
     pub(crate) fn analyze_all(&self, text: &str) -> Vec<String> {
         self.index.analyze_all(text)

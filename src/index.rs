@@ -4,8 +4,9 @@
 use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::node::{Node, NodeId};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tantivy::collector::TopDocs;
 use tantivy::query::{
     Bm25StatisticsProvider, BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, TermQuery,
@@ -103,6 +104,66 @@ pub struct Index {
     f: Fields,
     /// Tokens of the live documents' text, for the searcher generation it was counted on.
     live_tokens: Mutex<Option<(u64, u64)>>,
+    /// FULL chunks' sentences as analysed for scoring ([`Index::sentences_of`]).
+    sentences: Mutex<SentenceCache>,
+}
+
+/// A sentence of a chunk as the navigator scores it: its span without the surrounding
+/// white space (byte offsets into the chunk's text), and its terms as the
+/// index sees them, in order, repeats kept ([`Index::analyze_all`]). Sentences that are
+/// blank or questions are left out (they never answer).
+#[derive(Debug)]
+pub(crate) struct ScoredSentence {
+    pub trimmed: (usize, usize),
+    pub terms: Vec<String>,
+}
+
+/// FULL chunks' analysed sentences by chunk id, least recently used first out past
+/// [`SENTENCE_CACHE_BYTES`]. A FULL chunk's id hashes its text, so an entry never goes
+/// stale; the analyser is the schema's, the same for every index of this strata.
+#[derive(Default)]
+struct SentenceCache {
+    entries: HashMap<NodeId, (Arc<[ScoredSentence]>, usize, u64)>,
+    bytes: usize,
+    tick: u64,
+}
+
+/// What the sentence cache may hold (about: strings' bytes and a fixed cost per item).
+const SENTENCE_CACHE_BYTES: usize = 64 << 20;
+
+impl SentenceCache {
+    fn get(&mut self, id: &NodeId) -> Option<Arc<[ScoredSentence]>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(id).map(|e| {
+            e.2 = tick;
+            e.0.clone()
+        })
+    }
+
+    fn put(&mut self, id: NodeId, v: Arc<[ScoredSentence]>) {
+        let size = 64
+            + v.iter()
+                .map(|s| 48 + s.terms.iter().map(|t| 24 + t.len()).sum::<usize>())
+                .sum::<usize>();
+        if size > SENTENCE_CACHE_BYTES / 4 {
+            return;
+        }
+        self.tick += 1;
+        if let Some(old) = self.entries.insert(id, (v, size, self.tick)) {
+            self.bytes -= old.1;
+        }
+        self.bytes += size;
+        if self.bytes > SENTENCE_CACHE_BYTES {
+            // Evict the older half of the entries (by last use) at once: O(n log n) per
+            // n / 2 insertions.
+            let mut ticks: Vec<u64> = self.entries.values().map(|e| e.2).collect();
+            ticks.sort_unstable();
+            let cut = ticks[ticks.len() / 2];
+            self.entries.retain(|_, e| e.2 >= cut);
+            self.bytes = self.entries.values().map(|e| e.1).sum();
+        }
+    }
 }
 
 /// BM25 statistics over the live documents only. tantivy's own count the documents a
@@ -194,12 +255,18 @@ impl Index {
         Ok((Self::from_index(index, f)?, false))
     }
 
-    /// Whether `dir` holds an index [`Index::open`] opens as it is (instead of starting
-    /// over): it exists, tantivy reads it, and its schema is this strata's.
-    pub(crate) fn readable(dir: &Path) -> bool {
-        let (schema, _) = schema();
-        dir.join("meta.json").exists()
-            && tantivy::Index::open_in_dir(dir).is_ok_and(|i| i.schema() == schema)
+    /// The index in `dir` if [`Index::open`] would open it as it is (instead of starting
+    /// over): it exists, tantivy reads it, and its schema is this strata's. `None`
+    /// otherwise; nothing is written either way.
+    pub(crate) fn open_existing(dir: &Path) -> Result<Option<Index>> {
+        let (schema, f) = schema();
+        if !dir.join("meta.json").exists() {
+            return Ok(None);
+        }
+        match tantivy::Index::open_in_dir(dir) {
+            Ok(i) if i.schema() == schema => Ok(Some(Self::from_index(i, f)?)),
+            _ => Ok(None),
+        }
     }
 
     fn create(dir: &Path, schema: Schema, f: Fields) -> Result<(Index, bool)> {
@@ -229,6 +296,7 @@ impl Index {
             writer: Mutex::new(None),
             f,
             live_tokens: Mutex::new(None),
+            sentences: Mutex::new(SentenceCache::default()),
         })
     }
 
@@ -430,6 +498,45 @@ impl Index {
             out.push(stream.token().text.clone());
         }
         out
+    }
+
+    /// The sentences of `n`'s text as the navigator scores them ([`ScoredSentence`]),
+    /// analysed once per FULL chunk: the result is cached (bounded, least recently used
+    /// out) by the chunk's id, which hashes its text. Other levels are analysed each time.
+    pub(crate) fn sentences_of(&self, n: &Node) -> Arc<[ScoredSentence]> {
+        let cache = n.level == Level::Full;
+        if cache
+            && let Some(v) = self
+                .sentences
+                .lock()
+                .expect("sentence cache poisoned")
+                .get(&n.id)
+        {
+            return v;
+        }
+        let v: Arc<[ScoredSentence]> = crate::text::sentences(&n.text)
+            .into_iter()
+            .filter_map(|s| {
+                let raw = &n.text[s.start..s.end];
+                let ts = s.start + (raw.len() - raw.trim_start().len());
+                let te = s.end - (raw.len() - raw.trim_end().len());
+                // A question quoted from the text never answers one.
+                if te <= ts || crate::text::salience::is_question(raw) {
+                    return None;
+                }
+                Some(ScoredSentence {
+                    trimmed: (ts, te),
+                    terms: self.analyze_all(raw),
+                })
+            })
+            .collect();
+        if cache {
+            self.sentences
+                .lock()
+                .expect("sentence cache poisoned")
+                .put(n.id, v.clone());
+        }
+        v
     }
 
     /// Inverse document frequency of an analysed term over nodes of `level` (all scopes).

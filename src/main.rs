@@ -80,6 +80,11 @@ fn run(cli: Cli) -> Result<()> {
     // (`Engine::open_read_only`), and, having written nothing, leaves without sled's
     // closing flush (an fsync with nothing to write).
     let read_only = cli.cmd.reads_only();
+    if cli.cmd.counts_tokens() {
+        // The tokenizer is built while the store and index open (I/O bound: sled's open
+        // writes and fsyncs), not after.
+        std::thread::spawn(strata::token::warm);
+    }
     let opened = match read_only {
         true => Engine::open_read_only(&cli.db, cfg),
         false => Engine::open(&cli.db, cfg),

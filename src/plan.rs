@@ -200,7 +200,6 @@ impl Plan {
     /// Plans `scope` from the store's source records.
     pub fn load(store: &Store, scope: &ScopeRecord, model: &str, cfg: &Config) -> Result<Plan> {
         let compressor = compressor_identity(model, cfg);
-        let sizing = Sizing::new(cfg);
         // The current group's SUMMARY prompt inputs, for splitting a group too large for
         // one prompt (a huge round, a small context).
         let mut group_cost = 0usize;
@@ -211,6 +210,9 @@ impl Plan {
         // One look-up for every record (a shared store answers it in one round trip).
         let ids: Vec<&str> = scope.sources.iter().map(|e| e.id.as_str()).collect();
         let records = store.get_sources(&scope.name, &ids)?;
+        // Sized after the records are read: its frames are counted with the tokenizer,
+        // which a command may still be building on another thread (`token::warm`).
+        let sizing = Sizing::new(cfg);
         for (entry, rec) in scope.sources.iter().zip(records) {
             let rec = rec.ok_or_else(|| {
                 Error::DataCorruption(format!(

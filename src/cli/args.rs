@@ -170,6 +170,12 @@ impl Cmd {
                 | Cmd::Trace { .. }
         )
     }
+
+    /// Whether the command counts tokens for certain (windows and answers are cut to
+    /// token budgets): its tokenizer is built while the store opens.
+    pub fn counts_tokens(&self) -> bool {
+        matches!(self, Cmd::Context { .. } | Cmd::Query { .. })
+    }
 }
 
 /// `--since` / `--until`: only what was said in a time range (sources without a time are

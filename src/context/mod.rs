@@ -18,7 +18,7 @@ pub(crate) use overview::forget_cached;
 use serde::Serialize;
 
 /// A fixed level, or the best mix under the budget.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LevelChoice {
     Fixed(Level),
     Auto,

@@ -35,13 +35,20 @@ struct Sent {
     approx_tokens: f64,
     score: f64,
     bag: std::collections::BTreeMap<String, u32>,
+    /// Its exact token count, counted once (the ranking is shared by every window of
+    /// the same chunks).
+    tokens: std::sync::OnceLock<usize>,
 }
 
 /// A heap entry: lazy greedy (values only fall as more is chosen).
 struct Entry {
     key: f64,
     idx: usize,
+    /// How many sentences were picked when `key` was computed...
     round: usize,
+    /// ...and its greatest similarity to them (0 for none): a stale entry is compared
+    /// with the sentences picked since, not with all of them again.
+    red: f64,
 }
 impl PartialEq for Entry {
     fn eq(&self, o: &Self) -> bool {
@@ -119,6 +126,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
                 approx_tokens: (trimmed.len() as f64 / 4.0).max(1.0),
                 score: 0.0,
                 bag: text::term_counts(trimmed),
+                tokens: std::sync::OnceLock::new(),
             });
         }
     }
@@ -209,6 +217,7 @@ pub(super) fn salient(
             key: key(s, 0.0),
             idx: i,
             round: 0,
+            red: 0.0,
         })
         .collect();
     let mut picked: Vec<usize> = Vec::new();
@@ -221,10 +230,10 @@ pub(super) fn salient(
         }
         if e.round != picked.len() {
             // Stale: re-score against what is chosen now and put it back.
-            let red = picked
+            let red = picked[e.round..]
                 .iter()
                 .map(|&p| salience::similarity(&sents[p].bag, &s.bag))
-                .fold(0.0, f64::max);
+                .fold(e.red, f64::max);
             if s.score - REDUNDANCY * red <= 0.0 {
                 continue;
             }
@@ -232,6 +241,7 @@ pub(super) fn salient(
                 key: key(s, red),
                 idx: e.idx,
                 round: picked.len(),
+                red,
             });
             continue;
         }
@@ -239,7 +249,7 @@ pub(super) fn salient(
             (Some(l), false) => token::count(l) + 2,
             _ => 1,
         };
-        let c = token::count(text_of(s)) + label_cost;
+        let c = *s.tokens.get_or_init(|| token::count(text_of(s))) + label_cost;
         if used + c > limit {
             continue;
         }

@@ -135,14 +135,15 @@ impl Engine {
     /// every node of it is live, else the last complete build's tree (if still live), with
     /// the levels that lag the sources. `None` when neither is complete (build first).
     pub fn view(&self, scope: &str, now: u64) -> Result<Option<View>> {
-        let current = self.plan(scope)?;
-        if self.is_complete(&current, now)? {
+        let planned = self.planned(scope)?;
+        if self.planned_complete(&planned, now)? {
             return Ok(Some(View {
-                plan: current,
+                plan: planned.plan.clone(),
                 stale: Vec::new(),
                 pending_sources: 0,
             }));
         }
+        let current = &planned.plan;
         let Some(snap) = self.last_view(scope)? else {
             return Ok(None);
         };
@@ -192,9 +193,9 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<(Plan, Option<BuildReport>)> {
-        let plan = self.plan(scope)?;
-        if self.is_complete(&plan, now)? {
-            return Ok((plan, None));
+        let planned = self.planned(scope)?;
+        if self.planned_complete(&planned, now)? {
+            return Ok((planned.plan.clone(), None));
         }
         let (report, built) = self.build_plan(scope, now, None, progress).await?;
         Ok((built, Some(report)))
@@ -250,6 +251,13 @@ impl Engine {
         progress: &dyn Progress,
     ) -> Result<ContextWindow> {
         crate::context::check_budget(budget)?;
+        if range.is_all() {
+            // A live tree serves its remembered window (until the next write).
+            let planned = self.planned(scope)?;
+            if self.planned_complete(&planned, now)? {
+                return self.current_window(&planned, choice, budget, now);
+            }
+        }
         let (plan, _) = self.ensure_built(scope, now, progress).await?;
         let plan = plan.within(range)?;
         crate::context::window(&self.corpus(), &plan, choice, budget, now)

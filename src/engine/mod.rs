@@ -18,6 +18,7 @@ pub use maintain::{GcReport, ScopeStats, Stats};
 pub use query::GrepHit;
 
 use crate::config::Config;
+use crate::context::{ContextWindow, LevelChoice};
 use crate::corpus::Corpus;
 use crate::error::{Error, Result};
 use crate::index::Index;
@@ -25,9 +26,10 @@ use crate::model::{ChatModel, Embedder, Limiter, Models, Offline, SubModel};
 use crate::node::NodeId;
 use crate::plan::Plan;
 use crate::store::{ScopeRecord, Store};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 pub struct Engine {
     store: Store,
@@ -57,7 +59,25 @@ pub struct Engine {
     /// since: index work left pending by a writer stays pending for the next writer. Set
     /// off by the first write (a build of missing or expired levels, an ingest).
     read_only: AtomicBool,
+    /// Each scope's tree as last planned, with the store generation it was planned at
+    /// ([`Store::generation`]): a long-lived process (`serve`, `mcp`) plans a scope once
+    /// per change, not once per request.
+    plans: std::sync::Mutex<HashMap<String, Arc<Planned>>>,
 }
+
+/// A scope's tree planned at a store generation, and, once asked, when the first of its
+/// nodes expires (`None`: one is missing).
+pub(crate) struct Planned {
+    generation: Option<u64>,
+    pub(crate) plan: Plan,
+    min_deadline: OnceLock<Option<u64>>,
+    /// Context windows of the whole tree served at this generation (see
+    /// [`Engine::current_window`]), by level choice and budget.
+    windows: std::sync::Mutex<HashMap<(LevelChoice, usize), ContextWindow>>,
+}
+
+/// How many windows (level choice × budget) one scope's tree remembers.
+const WINDOWS_KEPT: usize = 32;
 
 impl Engine {
     /// Opens the store and index under `dir` (created if missing). A missing or unreadable
@@ -92,30 +112,28 @@ impl Engine {
             e.read_only.store(true, Ordering::Relaxed);
             return Ok(e);
         }
-        let index_dir = dir.join("index");
-        if !Index::readable(&index_dir) {
-            // The same path as a writer's open: the index is rebuilt from the store.
+        // Opened once: a missing or unreadable index takes the writer's path, where it is
+        // rebuilt from the store.
+        let Some(index) = Index::open_existing(&dir.join("index"))? else {
             return Engine::open(dir, cfg);
-        }
+        };
         let store = Store::open_read_only(dir)?;
         if store.index_must_rebuild()? {
             drop(store);
+            drop(index);
             return Engine::open(dir, cfg);
         }
-        let (index, _) = Index::open(&index_dir)?;
         let mut e = Engine::from_parts(store, index, cfg)?;
         e.dir = Some(dir.to_path_buf());
         e.read_only.store(true, Ordering::Relaxed);
-        let (docs, nodes, pending) = (
-            e.index.n_docs(),
-            e.store.n_nodes(),
-            e.store.n_pending_index(),
-        );
-        if pending > 0 || docs != nodes as u64 {
+        // Only the pending set is looked at: counting the store's nodes to compare with
+        // the index's documents (what a writer's open does) reads every node record, a
+        // fifth of a read-only command's time on a large store. `strata stats` reports
+        // both counts.
+        let pending = e.store.n_pending_index();
+        if pending > 0 {
             tracing::warn!(
                 pending,
-                docs,
-                nodes,
                 "the index is behind the store: searches miss the difference until the next \
                  command that writes (e.g. `strata reindex`)"
             );
@@ -192,6 +210,7 @@ impl Engine {
             index_sync: std::sync::Mutex::new(()),
             dir: None,
             read_only: AtomicBool::new(false),
+            plans: Default::default(),
         })
     }
 
@@ -288,6 +307,8 @@ impl Engine {
     /// Uses `model` for compression (the offline compressor stays the fallback).
     pub fn with_model(mut self, model: Arc<dyn SubModel>) -> Engine {
         self.model = model;
+        // Another compressor identity: other derived ids.
+        self.plans = Default::default();
         self
     }
 
@@ -340,12 +361,112 @@ impl Engine {
 
     /// The current level tree of `scope`, as ids.
     pub fn plan(&self, scope: &str) -> Result<Plan> {
-        self.plan_of(&self.scope(scope)?)
+        Ok(self.planned(scope)?.plan.clone())
+    }
+
+    /// The current level tree of `scope`, planned once per change of the store: reused
+    /// while the store's generation is the one it was planned at (read before the scope
+    /// is, so a write that lands meanwhile makes the next request plan again). A store
+    /// that other processes write to is planned every time.
+    pub(crate) fn planned(&self, scope: &str) -> Result<Arc<Planned>> {
+        let generation = self.store.generation();
+        if let Some(g) = generation
+            && let Some(p) = self.plans.lock().expect("plan cache poisoned").get(scope)
+            && p.generation == Some(g)
+        {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Planned {
+            generation,
+            plan: self.plan_of(&self.scope(scope)?)?,
+            min_deadline: OnceLock::new(),
+            windows: Default::default(),
+        });
+        if generation.is_some() {
+            let mut plans = self.plans.lock().expect("plan cache poisoned");
+            // A tree planned meanwhile at a later generation stays.
+            if plans
+                .get(scope)
+                .is_none_or(|old| old.generation <= generation)
+            {
+                plans.insert(scope.to_string(), p.clone());
+            }
+        }
+        Ok(p)
+    }
+
+    /// Whether every node of a planned tree is live at `now`. The earliest deadline of its
+    /// nodes is read once per generation: until a write, the tree is complete exactly
+    /// while `now` is before it.
+    pub(crate) fn planned_complete(&self, p: &Planned, now: u64) -> Result<bool> {
+        let min = match p.min_deadline.get() {
+            Some(m) => *m,
+            None => {
+                let ids: Vec<NodeId> = p.plan.all_ids().collect();
+                let m = self.store.min_deadline(&ids)?;
+                // Kept only if no write landed since the tree was planned.
+                if p.generation.is_some() && self.store.generation() == p.generation {
+                    let _ = p.min_deadline.set(m);
+                }
+                m
+            }
+        };
+        Ok(min.is_some_and(|at| at > now))
     }
 
     /// The current level tree of the scope `rec` describes.
     fn plan_of(&self, rec: &ScopeRecord) -> Result<Plan> {
         Plan::load(&self.store, rec, &self.model.identity(), &self.cfg)
+    }
+
+    /// [`crate::context::window`] of a planned tree, whole (no time range), which the
+    /// caller has found complete at `now` ([`Engine::planned_complete`]). Remembered with
+    /// the tree: a window depends on nothing but the tree, its nodes' texts and the
+    /// request (`now` only decides liveness, and the tree stays live until its earliest
+    /// deadline), so until the next write the same request gets the same window without
+    /// reading or counting anything again.
+    pub(crate) fn current_window(
+        &self,
+        p: &Planned,
+        choice: LevelChoice,
+        budget: usize,
+        now: u64,
+    ) -> Result<ContextWindow> {
+        let key = (choice, budget);
+        if let Some(w) = p.windows.lock().expect("window cache poisoned").get(&key) {
+            return Ok(w.clone());
+        }
+        let w = crate::context::window(&self.corpus(), &p.plan, choice, budget, now)?;
+        if p.generation.is_some() && self.store.generation() == p.generation {
+            let mut windows = p.windows.lock().expect("window cache poisoned");
+            if windows.len() >= WINDOWS_KEPT {
+                windows.clear();
+            }
+            windows.insert(key, w.clone());
+        }
+        Ok(w)
+    }
+
+    /// [`Engine::current_window`] when `plan` (a view being served) is `scope`'s current
+    /// tree and complete at `now`; `None` otherwise (a stale view, a tree cut to a time
+    /// range is not passed here).
+    pub(crate) fn window_if_current(
+        &self,
+        scope: &str,
+        plan: &Plan,
+        choice: LevelChoice,
+        budget: usize,
+        now: u64,
+    ) -> Result<Option<ContextWindow>> {
+        let p = self.planned(scope)?;
+        // The ABSTRACT's id hashes the whole tree above the FULL chunks.
+        if p.plan.abstract_id != plan.abstract_id
+            || p.plan.chunks.len() != plan.chunks.len()
+            || !self.planned_complete(&p, now)?
+        {
+            return Ok(None);
+        }
+        self.current_window(&p, choice, budget, now).map(Some)
     }
 
     /// The read handle context windows and the navigator read through.

@@ -116,3 +116,36 @@ fn searches_keep_to_their_scopes_and_levels_and_deletes_take_effect() {
     assert_eq!(search(&ix, "river crossing", &one, &[Level::Full]), []);
     assert_eq!(ix.n_docs(), 2);
 }
+
+#[test]
+fn a_full_chunks_sentences_are_analysed_once_and_bounded() {
+    let ix = Index::in_memory().unwrap();
+    let text = "  The bridge costs $61 million.  Who pays for it?\n\nThe council pays. ";
+    let n = node("s", Level::Full, "a", text);
+    let first = ix.sentences_of(&n);
+    // Blank sentences and questions are left out; spans are the chunk's.
+    let quotes: Vec<&str> = first
+        .iter()
+        .map(|s| &text[s.trimmed.0..s.trimmed.1])
+        .collect();
+    assert_eq!(
+        quotes,
+        ["The bridge costs $61 million.", "The council pays."]
+    );
+    assert_eq!(
+        first[0].terms,
+        ix.analyze_all(&text[first[0].start..first[0].end])
+    );
+    // The second read is the cached one; another level is analysed each time.
+    assert!(Arc::ptr_eq(&first, &ix.sentences_of(&n)));
+    let d = node("s", Level::Detailed, "a", text);
+    assert!(!Arc::ptr_eq(&ix.sentences_of(&d), &ix.sentences_of(&d)));
+    // The cache stays within its bound however many chunks pass through it.
+    let long = "A sentence with several distinct words in it. ".repeat(2000);
+    for i in 0..200 {
+        ix.sentences_of(&node("s", Level::Full, &format!("src{i}"), &long));
+    }
+    let cache = ix.sentences.lock().unwrap();
+    assert!(cache.bytes <= SENTENCE_CACHE_BYTES, "{}", cache.bytes);
+    assert!(cache.entries.len() < 200);
+}

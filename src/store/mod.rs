@@ -286,6 +286,11 @@ pub trait Backend: Send + Sync {
     fn events(&self) -> Option<Events> {
         None
     }
+    /// Whether other processes write to this store too (their writes are not seen by
+    /// [`Store::generation`]).
+    fn shared(&self) -> bool {
+        false
+    }
     /// Whether this process's index can no longer catch up from the change feed (the
     /// feed was pruned past it): rebuild the index from the store.
     fn index_must_rebuild(&self) -> Result<bool> {
@@ -351,6 +356,9 @@ pub struct Store {
     /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
     pub(crate) expiry_changed: Arc<Notify>,
     earliest: Arc<AtomicU64>,
+    /// Bumped after every write of this handle (and its clones) that can change a scope's
+    /// tree or its nodes' liveness: what [`Store::generation`] reports.
+    generation: Arc<AtomicU64>,
 }
 
 /// A value as the backends keep it: its type's format version byte, then bincode.
@@ -395,7 +403,25 @@ impl Store {
             backend,
             expiry_changed: Arc::new(Notify::new()),
             earliest: Arc::new(AtomicU64::new(u64::MAX)),
+            generation: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// A counter this process bumps after every write that can change a scope's tree or
+    /// whether its nodes are live (nodes written or removed, sources written). Derived
+    /// state read at generation `g` (read before the store is) is current while the
+    /// generation is still `g` — in this process. `None` when other processes write to the
+    /// same store (PostgreSQL): their writes bump nothing here, so nothing may be cached.
+    pub fn generation(&self) -> Option<u64> {
+        match self.backend.shared() {
+            true => None,
+            false => Some(self.generation.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Marks a write (see [`Store::generation`]); called after it, failed or not.
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Opens (or creates) the sled store in `dir`.
@@ -459,7 +485,9 @@ impl Store {
         if nodes.is_empty() {
             return Ok(());
         }
-        self.backend.put_nodes(nodes, mark)?;
+        let r = self.backend.put_nodes(nodes, mark);
+        self.bump();
+        r?;
         if let Some(at) = nodes.iter().filter_map(|n| n.expires_at).min()
             && at < self.earliest.fetch_min(at, Ordering::AcqRel)
         {
@@ -483,6 +511,19 @@ impl Store {
         Ok(self.backend.deadline(id)?.is_some_and(|at| at > now))
     }
 
+    /// The earliest deadline of the nodes `ids` (one look-up for all of them); `None` when
+    /// one of them is missing. They are all live at `now` iff it is after `now`.
+    pub fn min_deadline(&self, ids: &[NodeId]) -> Result<Option<u64>> {
+        let mut min = u64::MAX;
+        for d in self.backend.deadlines(ids)? {
+            match d {
+                Some(at) => min = min.min(at),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(min))
+    }
+
     /// Whether every one of `ids` is a live node (one look-up for all of them).
     pub fn all_live(&self, ids: &[NodeId], now: u64) -> Result<bool> {
         Ok(self
@@ -500,13 +541,17 @@ impl Store {
     /// Removes a node (with its deadline and expiry entry) and marks it for removal from
     /// the index, atomically. Returns whether it existed.
     pub fn remove_node(&self, id: &NodeId) -> Result<bool> {
-        self.backend.remove_node(id)
+        let r = self.backend.remove_node(id);
+        self.bump();
+        r
     }
 
     /// Removes every node whose deadline is at or before `now`; returns their ids. Each
     /// removal marks the node for removal from the index in the same atomic step.
     pub fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
-        let removed = self.backend.sweep(now)?;
+        let removed = self.backend.sweep(now);
+        self.bump();
+        let removed = removed?;
         self.earliest
             .store(self.next_deadline()?.unwrap_or(u64::MAX), Ordering::Release);
         Ok(removed)
@@ -572,13 +617,17 @@ impl Store {
     /// the store lacks, a replaced source's old chunks go only with its new ones, and the
     /// scope's turn counter moves with the turn it numbered.
     pub fn write_sources(&self, step: &SourceStep) -> Result<()> {
-        self.backend.write_sources(step)
+        let r = self.backend.write_sources(step);
+        self.bump();
+        r
     }
 
     /// Applies one forget step atomically (see [`ForgetStep`]): a crash leaves the store
     /// before or after the whole step, never in between.
     pub fn forget(&self, step: &ForgetStep) -> Result<()> {
-        self.backend.forget(step)
+        let r = self.backend.forget(step);
+        self.bump();
+        r
     }
 
     // ---- the pending-index set: node changes the index has not committed ----

@@ -410,3 +410,119 @@ fn a_failed_node_is_reported_not_fatal() {
     assert!(err.contains("not available"), "{err}");
     let _ = Arc::clone(&model);
 }
+
+/// Issue 23: a long-lived engine plans a scope once per change of the store. A window
+/// served from that cache changes with an append, and is byte for byte the window a fresh
+/// process (a read-only open of the same store) serves.
+#[test]
+fn a_cached_window_follows_writes_and_matches_a_fresh_open() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let window = |e: &Engine, choice: LevelChoice, now: u64| {
+        let w = rt
+            .block_on(e.context("debate", choice, 4000, now, &NoProgress))
+            .unwrap();
+        serde_json::to_string(&w).unwrap()
+    };
+    let e = Engine::open(dir.path(), Config::default()).unwrap();
+    e.ingest_files("debate", None, &[debate_path()], T0)
+        .unwrap();
+    let auto = window(&e, LevelChoice::Auto, T0);
+    let full = window(&e, LevelChoice::Fixed(Level::Full), T0);
+    // Served again from the cached tree: the same windows.
+    assert_eq!(window(&e, LevelChoice::Auto, T0), auto);
+    assert_eq!(window(&e, LevelChoice::Fixed(Level::Full), T0), full);
+    e.append_turn(
+        "debate",
+        "live#1".into(),
+        strata::source::Turn {
+            round: 44,
+            speaker: "erin".into(),
+            text: "As the newest member I move that the Harbour Line open by June 2034.".into(),
+            time: None,
+        },
+        T0 + 1,
+    )
+    .unwrap();
+    let auto2 = window(&e, LevelChoice::Auto, T0 + 1);
+    let full2 = window(&e, LevelChoice::Fixed(Level::Full), T0 + 1);
+    assert_ne!(auto2, auto, "the cached tree outlived an append");
+    assert_ne!(full2, full, "the cached tree outlived an append");
+    let plan = e.plan("debate").unwrap();
+    assert_eq!(plan.sources.last().unwrap().id, "live#1");
+    drop(e);
+    let fresh = Engine::open_read_only(dir.path(), Config::default()).unwrap();
+    assert_eq!(window(&fresh, LevelChoice::Auto, T0 + 1), auto2);
+    assert_eq!(
+        window(&fresh, LevelChoice::Fixed(Level::Full), T0 + 1),
+        full2
+    );
+}
+
+/// A forget in a long-lived process (a server's engine) is seen by the next window: the
+/// cached tree and windows of the scope go with the write that forgot.
+#[test]
+fn a_cached_window_forgets_what_was_forgotten() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(dir.path(), Config::default()).unwrap();
+    e.ingest_files("debate", None, &[debate_path()], T0)
+        .unwrap();
+    let full = |e: &Engine| {
+        rt.block_on(e.context(
+            "debate",
+            LevelChoice::Fixed(Level::Full),
+            100_000,
+            T0,
+            &NoProgress,
+        ))
+        .unwrap()
+        .text
+    };
+    let before = full(&e);
+    let plan = e.plan("debate").unwrap();
+    let gone = plan.sources[3].id.clone();
+    let n: usize = gone.rsplit('#').next().unwrap().parse().unwrap();
+    let raw = std::fs::read_to_string(debate_path()).unwrap();
+    let turn: serde_json::Value = serde_json::from_str(raw.lines().nth(n - 1).unwrap()).unwrap();
+    let text = turn["text"].as_str().unwrap();
+    // Its first sentence (a window may cut a turn, never inside a sentence).
+    let line = text.split(". ").next().unwrap().to_string();
+    assert!(before.contains(&line), "the turn is in the window first");
+    assert_eq!(full(&e), before, "served again from the cache");
+    e.forget("debate", std::slice::from_ref(&gone), T0).unwrap();
+    assert!(
+        !full(&e).contains(&line),
+        "a cached window still shows a forgotten turn"
+    );
+}
+
+/// The cached tree's liveness follows time and removals: a node removed, or the levels
+/// expired, and the next window rebuilds instead of serving from the cache.
+#[test]
+fn a_cached_tree_is_rebuilt_after_a_removal_or_expiry() {
+    let rt = rt();
+    let e = samples(Config::default());
+    compress(&rt, &e, "debate", T0);
+    let w = |now| {
+        rt.block_on(e.context("debate", LevelChoice::Auto, 4000, now, &NoProgress))
+            .unwrap()
+            .text
+    };
+    let first = w(T0);
+    let plan = e.plan("debate").unwrap();
+    assert!(e.store().remove_node(&plan.abstract_id).unwrap());
+    assert_eq!(w(T0), first, "the removed ABSTRACT is rebuilt");
+    assert!(e.store().get_node(&plan.abstract_id).unwrap().is_some());
+    let ttl = e
+        .store()
+        .get_node(&plan.abstract_id)
+        .unwrap()
+        .unwrap()
+        .expires_at;
+    if let Some(at) = ttl {
+        assert_eq!(w(at + 1), first, "expired levels are rebuilt");
+        let again = e.store().get_node(&plan.abstract_id).unwrap().unwrap();
+        assert!(again.expires_at.is_none_or(|t| t > at + 1));
+    }
+}

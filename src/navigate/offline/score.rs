@@ -4,7 +4,6 @@ use super::{Cand, Cues};
 use crate::corpus::Place;
 use crate::navigate::Explorer;
 use crate::node::{Node, NodeId, context_label};
-use crate::text::{self, salience};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Scores every sentence (and adjacent pair) of the read chunks: BM25 over the candidate
@@ -36,21 +35,13 @@ pub(super) fn candidates(
             }
             _ => None,
         };
-        for s in text::sentences(&n.text) {
-            let raw = &n.text[s.start..s.end];
-            let trimmed_start = s.start + (raw.len() - raw.trim_start().len());
-            let trimmed_end = s.end - (raw.len() - raw.trim_end().len());
-            // A question quoted from the text never answers one: it asks, it does not
-            // establish anything.
-            if trimmed_end <= trimmed_start || salience::is_question(raw) {
-                continue;
-            }
-            let all = index.analyze_all(raw);
-            let len = all.len().max(1);
+        for s in index.sentences_of(n).iter() {
+            let (trimmed_start, trimmed_end) = s.trimmed;
+            let len = s.terms.len().max(1);
             let mut tf: BTreeMap<String, u32> = BTreeMap::new();
-            for t in all {
-                if idf.contains_key(&t) {
-                    *tf.entry(t).or_insert(0) += 1;
+            for t in &s.terms {
+                if idf.contains_key(t) {
+                    *tf.entry(t.clone()).or_insert(0) += 1;
                 }
             }
             if tf.is_empty() {

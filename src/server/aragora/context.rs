@@ -86,8 +86,10 @@ pub(in crate::server) async fn context(
     if let Some(r) = report {
         s.metrics.observe_build(&r);
     }
+    let whole = during.is_all();
     let (st, plan) = (s.clone(), view.plan.within(&during)?);
     let focus = params.get("for").cloned();
+    let scope = id.clone();
     let (window, nodes) = blocking(move || {
         let corpus = st.engine.corpus();
         let budget = budget.unwrap_or(usize::MAX);
@@ -97,7 +99,19 @@ pub(in crate::server) async fn context(
         };
         let w = match focused {
             Some(w) => w,
-            None => crate::context::window(&corpus, &plan, choice, budget, now)?,
+            None => {
+                // The current tree, whole: its window is remembered until the next write.
+                let current = match whole {
+                    true => st
+                        .engine
+                        .window_if_current(&scope, &plan, choice, budget, now)?,
+                    false => None,
+                };
+                match current {
+                    Some(w) => w,
+                    None => crate::context::window(&corpus, &plan, choice, budget, now)?,
+                }
+            }
         };
         // Each node's keywords come from the METADATA of its chunk, group or scope.
         let detailed_of: HashMap<NodeId, NodeId> =

@@ -1725,6 +1725,10 @@ impl Backend for PgBackend {
         Some(self.events.get_or_init(|| self.listen()).clone())
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn index_must_rebuild(&self) -> Result<bool> {
         Ok(self.rebuild.swap(false, Ordering::SeqCst))
     }
