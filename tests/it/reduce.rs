@@ -321,7 +321,9 @@ fn a_build_polls_a_model_call_when_it_is_woken_not_at_every_wake_up() {
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert!(r.model_calls > 160, "{r:?}");
     assert!(layers(&e) >= 1);
-    // Polled once to start, once when its reply is ready.
+    // Polled once to start, once when its reply is ready (3 measured on a quiet machine;
+    // a loaded one adds a spurious wake-up or two, seen: 4). Before the fix a call was
+    // re-polled at every wake-up of its join: 25.
     let most = max.load(Ordering::SeqCst);
-    assert!(most <= 3, "a model call was polled {most} times");
+    assert!(most <= 6, "a model call was polled {most} times");
 }

@@ -36,6 +36,18 @@ struct Cand {
 }
 
 impl Cand {
+    /// The question terms it holds: in its text, then in its context label.
+    fn terms(&self) -> Vec<&str> {
+        let mut terms: Vec<&str> = self.tf.keys().map(String::as_str).collect();
+        terms.extend(
+            self.ctx
+                .iter()
+                .map(String::as_str)
+                .filter(|t| !self.tf.contains_key(*t)),
+        );
+        terms
+    }
+
     fn to_quote(&self) -> Quote {
         Quote {
             at: Cited {
@@ -241,13 +253,7 @@ impl SetCandidates {
     /// Why position `i` (in `order`) was cited: its features, named.
     fn why(&self, i: usize) -> String {
         let c = &self.cands[self.order[i]];
-        let mut terms: Vec<&str> = c.tf.keys().map(String::as_str).collect();
-        terms.extend(
-            c.ctx
-                .iter()
-                .map(String::as_str)
-                .filter(|t| !c.tf.contains_key(*t)),
-        );
+        let terms = c.terms();
         format!(
             "{}: own evidence {:.3} ({:.2} of the best; terms {}), read as chunk {}",
             self.labels.get(&c.node).map_or("?", String::as_str),
@@ -635,13 +641,7 @@ fn answer(
     ));
     for (k, &i) in order.iter().enumerate() {
         let c = &cands[i];
-        let mut terms: Vec<&str> = c.tf.keys().map(String::as_str).collect();
-        terms.extend(
-            c.ctx
-                .iter()
-                .map(String::as_str)
-                .filter(|t| !c.tf.contains_key(*t)),
-        );
+        let terms = c.terms();
         ex.history.push(format!(
             "cited {}: score {:.3} (own evidence {:.3}, chunk {} of {}), terms {}{}",
             if k == 0 { "first" } else { "also" },
