@@ -475,7 +475,21 @@ mod tests {
         drop(engine);
         // Open once more so that sled's snapshot covers the whole log: the damage below is
         // then met when reading, not while sled replays its log at open.
-        drop(sled::Config::new().path(db.join("store")).open().unwrap());
+        // sled's flusher thread lets go of the file lock a moment after the engine is
+        // dropped (as `SledBackend::open` waits for, so does this).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match sled::Config::new().path(db.join("store")).open() {
+                Ok(d) => break drop(d),
+                Err(sled::Error::Io(e))
+                    if e.to_string().starts_with("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
         let blobs: Vec<PathBuf> = std::fs::read_dir(db.join("store/blobs"))
             .unwrap()
             .map(|e| e.unwrap().path())
