@@ -55,6 +55,7 @@ mod progress;
 pub mod replica;
 pub mod script;
 pub mod server;
+pub mod service;
 pub mod source;
 pub mod store;
 pub use store::sled::repair;

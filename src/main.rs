@@ -569,7 +569,13 @@ fn mcp(engine: std::sync::Arc<Engine>, rt: &tokio::runtime::Runtime) -> Result<(
             })?,
         Err(_) => strata::access::Access::full(),
     };
-    rt.block_on(strata::mcp::serve_stdio(engine, access))?;
+    rt.block_on(async {
+        // The job workers, sweeper, index follower and warmer run while the session does.
+        let service = strata::service::Service::start(engine.clone())?;
+        let served = strata::mcp::serve_stdio(engine, access).await;
+        service.shutdown().await?;
+        served
+    })?;
     Ok(())
 }
 

@@ -80,6 +80,10 @@ impl Engine {
         }
         // Windows keep their scope's ranked sentences in memory: drop them all.
         crate::context::forget_cached();
+        if sources.is_empty() {
+            // A scope forgotten whole is not warmed again.
+            self.forget_queried(scope);
+        }
         Ok(report)
     }
 

@@ -63,6 +63,9 @@ pub struct Engine {
     /// ([`Store::generation`]): a long-lived process (`serve`, `mcp`) plans a scope once
     /// per change, not once per request.
     plans: std::sync::Mutex<HashMap<String, Arc<Planned>>>,
+    /// When each scope was last queried (unix seconds): the warmer re-builds the levels
+    /// of a scope queried within its TTL before they expire ([`crate::service`]).
+    queried: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 /// A scope's tree planned at a store generation, and, once asked, when the first of its
@@ -211,7 +214,34 @@ impl Engine {
             dir: None,
             read_only: AtomicBool::new(false),
             plans: Default::default(),
+            queried: Default::default(),
         })
+    }
+
+    /// Scopes queried within the last `within` seconds before `now` (every scope ever
+    /// queried when `within` is 0), sorted.
+    pub fn recently_queried(&self, now: u64, within: u64) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .queried
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .filter(|(_, at)| within == 0 || now.saturating_sub(**at) < within)
+            .map(|(s, _)| s.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub(crate) fn note_queried(&self, scopes: &[String], now: u64) {
+        let mut q = self.queried.lock().expect("poisoned");
+        for s in scopes {
+            q.insert(s.clone(), now);
+        }
+    }
+
+    pub(crate) fn forget_queried(&self, scope: &str) {
+        self.queried.lock().expect("poisoned").remove(scope);
     }
 
     /// Navigates with `root` (the LLM policy) instead of the offline navigator; `helper`

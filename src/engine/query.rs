@@ -149,6 +149,7 @@ impl Engine {
             } else {
                 scopes.to_vec()
             };
+            self.note_queried(&names, now);
             let mut plans = Vec::with_capacity(names.len());
             for s in &names {
                 plans.push(self.ensure_built(s, now, progress).await?.0);

@@ -11,7 +11,6 @@ mod aragora;
 mod contexts;
 mod edge;
 mod extract;
-mod follow;
 mod forget;
 mod mcp;
 pub mod openapi;
@@ -25,9 +24,9 @@ use crate::clock::unix_now;
 use crate::config::ServerConfig;
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::expire::{spawn_sweeper, system_clock};
-use crate::jobs::{Job, JobKind, JobState, Jobs, WorkerConfig, spawn_workers};
+use crate::jobs::{Job, JobKind, JobState, Jobs};
 use crate::metrics::Metrics;
+use crate::service::Service;
 use crate::source::{self, InputFile, Turn};
 use crate::store::ScopeKind;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State};
@@ -43,7 +42,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 
 /// Shared by every handler.
 pub struct AppState {
@@ -53,7 +51,7 @@ pub struct AppState {
     cfg: ServerConfig,
     tokens: access::Tokens,
     policy: policy::Policy,
-    /// Last query time per scope (warming) and the last query's outcome (status).
+    /// The last query's outcome per scope, with its time (aragora's refinement status).
     queried: Mutex<HashMap<String, (u64, QuerySummary)>>,
     /// Queries running now, per scope (refinement-status's `active_queries`).
     active: Mutex<HashMap<String, usize>>,
@@ -232,16 +230,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> crate::Result<()> {
     let cfg = engine.config().server.clone();
-    let jobs = Arc::new(Jobs::open_with(
-        engine.store().clone(),
-        Duration::from_millis(cfg.job_lease_ms),
-    )?);
     let metrics = Arc::new(Metrics::new());
-    let (stop_tx, stop_rx) = watch::channel(false);
-
     let hook_metrics = metrics.clone();
-    let hook_jobs = jobs.clone();
     let hook_engine = engine.clone();
+    // Told of every job's start and end; the queue's depth is read when it is.
+    let depth: Arc<std::sync::OnceLock<Arc<Jobs>>> = Arc::default();
+    let hook_depth = depth.clone();
     let hook: crate::jobs::JobHook = Arc::new(move |job: &Job, report| {
         if let Some(r) = report {
             hook_metrics.observe_build(r);
@@ -254,27 +248,14 @@ pub async fn run(
             JobState::Running => "started",
         };
         hook_metrics.jobs.with_label_values(&[state]).inc();
-        hook_metrics.job_queue_depth.set(hook_jobs.depth() as i64);
-    });
-    let workers = spawn_workers(
-        engine.clone(),
-        jobs.clone(),
-        WorkerConfig {
-            workers: cfg.workers,
-            warm_horizon_secs: cfg.warm_before_secs,
-            shutdown_grace: Duration::from_secs(cfg.shutdown_grace_secs),
-        },
-        stop_rx.clone(),
-        hook,
-    );
-    let sweep_engine = engine.clone();
-    // A sweep marks the nodes it removes as pending for the index in the same transaction;
-    // applying the marks here keeps the index current (or the next open does).
-    let sweeper = spawn_sweeper(engine.store().clone(), system_clock(), move |_ids| {
-        if let Err(e) = sweep_engine.sync_index() {
-            tracing::warn!(error = %e, "cannot drop swept nodes from the index yet");
+        if let Some(jobs) = hook_depth.get() {
+            hook_metrics.job_queue_depth.set(jobs.depth() as i64);
         }
     });
+    // The workers, sweeper, index follower and warmer: the engine's, not the server's.
+    let service = Service::start_with(engine.clone(), hook)?;
+    let jobs = service.jobs().clone();
+    let _ = depth.set(jobs.clone());
 
     let tokens = access::Tokens::new(&cfg);
     let policy = policy::Policy::new(&cfg, tokens.open());
@@ -290,10 +271,6 @@ pub async fn run(
         mcp_stop: tokio_util::sync::CancellationToken::new(),
     });
     let mcp_stop = state.mcp_stop.clone();
-    // On a shared store, the index follows the other replicas' changes.
-    let follower = follow::spawn_follower(engine.clone(), stop_rx.clone());
-    let warmer = (cfg.warm_before_secs > 0).then(|| tokio::spawn(warm(state.clone(), stop_rx)));
-
     let app = router(state);
     let limits = edge::Limits {
         idle: Duration::from_millis(cfg.idle_timeout_ms),
@@ -311,56 +288,14 @@ pub async fn run(
     }
     tracing::info!(addr = ?listener.local_addr().ok(), max_connections = limits.max_connections, "serving");
     // The jobs' grace period runs alongside the requests', from the same moment.
+    let stop = service.stopper();
     let shutdown = async move {
         shutdown.await;
-        let _ = stop_tx.send(true);
+        stop();
         mcp_stop.cancel();
     };
     edge::serve(listener, app, limits, shutdown).await;
-
-    for w in workers {
-        let _ = w.await;
-    }
-    if let Some(w) = warmer {
-        let _ = w.await;
-    }
-    if let Some(f) = follower {
-        let _ = f.await;
-    }
-    sweeper.stop().await;
-    engine.store().flush()?;
-    Ok(())
-}
-
-/// Re-warms scopes that were queried within their TTL before their levels expire.
-async fn warm(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
-    let ahead = state.cfg.warm_before_secs;
-    let ttl = state.engine.config().store.ttl_secs;
-    let every = Duration::from_secs((ahead / 2).clamp(1, 60));
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.changed() => return,
-        }
-        let now = unix_now();
-        let busy: Vec<String> = state
-            .queried
-            .lock()
-            .expect("poisoned")
-            .iter()
-            .filter(|(_, (at, _))| ttl == 0 || now.saturating_sub(*at) < ttl)
-            .map(|(s, _)| s.clone())
-            .collect();
-        for scope in busy {
-            let expiring = state
-                .engine
-                .expires_within(&scope, now, ahead)
-                .unwrap_or(false);
-            if expiring && let Err(e) = state.jobs.enqueue(&scope, JobKind::Warm, now) {
-                tracing::warn!(error = %e, %scope, "cannot queue a warming job");
-            }
-        }
-    }
+    service.shutdown().await
 }
 
 /// The routes under one prefix (`/api` and `/api/v1` serve the same), each with its

@@ -29,6 +29,7 @@ mod security_http;
 mod security_ingest;
 mod security_script;
 mod server;
+mod service;
 mod support;
 mod time;
 mod trace;

@@ -30,7 +30,10 @@ fn json<T: serde::Serialize>(v: &T) -> PyResult<String> {
 /// An open store: a directory (sled) or a `postgres://` URL.
 #[pyclass(module = "strata._strata")]
 struct Db {
-    engine: Engine,
+    /// The job workers, TTL sweeper, index follower and warmer; dropped (told to stop)
+    /// before the runtime they run on.
+    _service: strata::service::Service,
+    engine: std::sync::Arc<Engine>,
     rt: tokio::runtime::Runtime,
 }
 
@@ -60,11 +63,17 @@ impl Db {
                 .enable_all()
                 .build()
                 .map_err(err)?;
-            let engine = {
+            let (engine, service) = {
                 let _guard = rt.enter();
-                Engine::open(&path, cfg).map_err(err)?
+                let engine = std::sync::Arc::new(Engine::open(&path, cfg).map_err(err)?);
+                let service = strata::service::Service::start(engine.clone()).map_err(err)?;
+                (engine, service)
             };
-            Ok(Db { engine, rt })
+            Ok(Db {
+                _service: service,
+                engine,
+                rt,
+            })
         })
     }
 
