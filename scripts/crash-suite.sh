@@ -39,6 +39,9 @@ cargo build --release --locked --quiet --bin strata || exit 1
 cargo test --locked --quiet --test it --no-run || exit 1
 
 export STRATA_CRASH_BIN="$PWD/target/release/strata"
+# The kill instants are drawn from this seed (printed: repeat a run with STRATA_CRASH_SEED).
+export STRATA_CRASH_SEED="${STRATA_CRASH_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+echo "crash suite: seed $STRATA_CRASH_SEED"
 export STRATA_CRASH_INGEST_RUNS="${STRATA_CRASH_INGEST_RUNS:-20}"
 export STRATA_CRASH_COMPRESS_RUNS="${STRATA_CRASH_COMPRESS_RUNS:-20}"
 export STRATA_CRASH_SERVE_KILLS="${STRATA_CRASH_SERVE_KILLS:-10}"
@@ -50,10 +53,10 @@ log="$(mktemp -t strata-crash.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 echo "crash suite: binary $STRATA_CRASH_BIN; output in $log while it runs"
 # One test at a time: the kill instants are drawn within durations measured on this machine.
-cargo test --locked --quiet --test it crash:: -- --nocapture --test-threads=1 2>&1 | tee "$log"
+cargo test --locked --quiet --test it crash:: -- --include-ignored --nocapture --test-threads=1 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 # Forget: the debug binary cargo built for the test (the pause points are its own).
-cargo test --locked --quiet --test it forget::a_forget_killed -- --nocapture --test-threads=1 2>&1 | tee -a "$log"
+cargo test --locked --quiet --test it forget::a_forget_killed -- --include-ignored --nocapture --test-threads=1 2>&1 | tee -a "$log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 echo

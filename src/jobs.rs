@@ -242,6 +242,7 @@ pub(crate) fn spawn_workers(
                             continue;
                         }
                     };
+                    crate::fail::point("job:claimed");
                     hook(&job, None);
                     run_one(&engine, &jobs, job, &cfg, &mut shutdown, &hook).await;
                 }
@@ -315,6 +316,7 @@ async fn run_one(
             hook(&job, None);
         }
     }
+    crate::fail::point("job:before-finish");
     match jobs.release(&job) {
         Ok(true) => {}
         Ok(false) => tracing::warn!(

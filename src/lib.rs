@@ -40,6 +40,8 @@ mod error;
 #[cfg(feature = "eval")]
 pub mod eval;
 pub mod expire;
+#[doc(hidden)]
+pub mod fail;
 mod hybrid;
 mod id;
 mod index;

@@ -371,6 +371,7 @@ impl Run<'_> {
                 }
             }
             self.b.store.put_node_marked(&node, mark)?;
+            crate::fail::point("build:node-written");
         }
         if let Some(m) = mark {
             self.marks.lock().expect("poisoned").insert(node.id, m);

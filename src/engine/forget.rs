@@ -30,17 +30,6 @@ pub struct ForgetReport {
     pub remaining_sources: usize,
 }
 
-/// Stops the process here, for the crash tests, when `STRATA_TEST_PAUSE_AT` names this
-/// point: it says so on stderr and waits to be killed.
-fn pause_point(name: &str) {
-    if std::env::var("STRATA_TEST_PAUSE_AT").is_ok_and(|v| v == name) {
-        eprintln!("strata: paused at {name}");
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        }
-    }
-}
-
 impl Engine {
     /// Removes `sources` (none: every source, and the scope itself) from `scope` with
     /// every node derived from them: their FULL chunks, and every stored node of the scope
@@ -69,9 +58,9 @@ impl Engine {
             *forgets += 1;
             r
         };
-        pause_point("forget:after-commit");
+        crate::fail::point("forget:after-commit");
         self.store.flush()?;
-        pause_point("forget:after-flush");
+        crate::fail::point("forget:after-flush");
         self.sync_index()?;
         // The index's files drop the documents' terms too (the removal itself is durable
         // and searches no longer see them: a failure here is only logged).
@@ -161,7 +150,7 @@ impl Engine {
                 report.node_bytes += n.text.len() as u64;
             }
         }
-        pause_point("forget:before-commit");
+        crate::fail::point("forget:before-commit");
         self.store.forget(&ForgetStep {
             scope: scope.to_string(),
             record,

@@ -130,7 +130,9 @@ impl Engine {
             let _s = self.store.lock_scope(scope)?;
             self.ingest_locked(scope, files, prepared, now)?
         };
+        crate::fail::point("ingest:before-flush");
         self.store.flush()?;
+        crate::fail::point("ingest:before-index");
         self.sync_index_or_warn();
         Ok(report)
     }
@@ -222,6 +224,7 @@ impl Engine {
             sort_sources(&mut rec);
             step.scope = rec.clone();
             self.store.write_sources(&step)?;
+            crate::fail::point("ingest:file-written");
         }
         Ok(report)
     }
@@ -374,7 +377,9 @@ impl Engine {
                 id,
             )
         };
+        crate::fail::point("append:before-flush");
         self.store.flush()?;
+        crate::fail::point("append:flushed");
         Ok((report, id))
     }
 }

@@ -124,9 +124,11 @@ impl Engine {
                 }
             } else if report.failures.is_empty() {
                 // The newest complete view, served while a later build is still running.
+                crate::fail::point("build:before-view");
                 self.store.put_view(scope, &plan)?;
             }
         }
+        crate::fail::point("build:before-flush");
         self.store.flush()?;
         Ok((report, plan))
     }

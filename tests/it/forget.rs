@@ -6,7 +6,7 @@
 use crate::support::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use strata::{Config, Engine, Level};
 
 /// The word only the forgotten document holds.
@@ -516,9 +516,11 @@ fn forget_killed(kill: Kill) -> (bool, bool) {
         );
     }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Each acknowledged append says so: the forget starts once appends are running.
+    let (acks_tx, acks) = std::sync::mpsc::channel::<()>();
     let appenders: Vec<_> = (0..2u32)
         .map(|w| {
-            let (addr, stop) = (addr.clone(), stop.clone());
+            let (addr, stop, acks_tx) = (addr.clone(), stop.clone(), acks_tx.clone());
             std::thread::spawn(move || {
                 let mut got = Vec::new();
                 let mut k = 0;
@@ -526,7 +528,10 @@ fn forget_killed(kill: Kill) -> (bool, bool) {
                     k += 1;
                     let text = format!("Trams would carry {} riders on line {w}-{k}.", 100 * k);
                     match append(&addr, 3 + k / 4, "carol", &text) {
-                        Some(id) => got.push(id),
+                        Some(id) => {
+                            got.push(id);
+                            let _ = acks_tx.send(());
+                        }
                         None => break,
                     }
                 }
@@ -534,7 +539,11 @@ fn forget_killed(kill: Kill) -> (bool, bool) {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(50));
+    drop(acks_tx);
+    for _ in 0..2 {
+        acks.recv_timeout(Duration::from_secs(120))
+            .expect("the appenders acknowledged nothing");
+    }
     let forget = {
         let addr = addr.clone();
         let path = format!("/api/v1/scopes/talk/sources/{}", marked.replace('#', "%23"));
@@ -548,15 +557,11 @@ fn forget_killed(kill: Kill) -> (bool, bool) {
     };
     match kill {
         Kill::At(point) => {
-            let t0 = Instant::now();
             let want = format!("paused at {point}");
-            while !std::fs::read_to_string(dir.path().join("serve.log"))
-                .unwrap_or_default()
-                .contains(&want)
-            {
-                assert!(t0.elapsed() < Duration::from_secs(120), "never {want}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            assert!(
+                s.wait_for(&want, Duration::from_secs(120)).is_some(),
+                "never {want}"
+            );
         }
         Kill::After(d) => std::thread::sleep(d),
     }
@@ -648,13 +653,11 @@ fn a_forget_killed_before_its_index_commit_is_completed_at_open() {
 }
 
 #[test]
+#[ignore = "kills at random instants: scripts/crash-suite.sh runs it, with a printed seed"]
 fn a_forget_killed_after_a_random_delay_leaves_no_trace() {
     let seed: u64 = match std::env::var("STRATA_CRASH_SEED") {
         Ok(v) => v.trim().parse().expect("STRATA_CRASH_SEED: a whole number"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
+        Err(_) => 0,
     };
     let runs = std::env::var("STRATA_CRASH_FORGET_RUNS")
         .ok()

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use strata::config::Strategy;
 use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
 use strata::{Config, Engine, NoProgress, QueryResult, ScopeKind};
@@ -448,62 +449,87 @@ pub fn strata_cli(db: &Path, args: &[&str]) -> (i32, String, String) {
 
 // ---------------------------------------------------------------- strata serve, the binary
 
-/// `strata serve` run as the real binary on 127.0.0.1 (a free port), its store in `dir`,
-/// with a TOML `config` and `STRATA_*` variables; killed when dropped.
+/// The lines a child wrote to stderr so far, whether it closed it, and a wake-up per line.
+type Lines = std::sync::Arc<(std::sync::Mutex<(Vec<String>, bool)>, std::sync::Condvar)>;
+
+/// `strata serve` run as the real binary on 127.0.0.1 (a port the system picks), its store
+/// in `dir`, with a TOML `config` and `STRATA_*` variables; killed when dropped. Its stderr
+/// is read line by line (and copied to `dir/serve.log`): [`Served::wait_for`] waits for a
+/// line, woken by each new one — no polling.
 pub struct Served {
     pub child: std::process::Child,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    lines: Lines,
 }
 
 impl Served {
-    /// Starts it and waits (bounded) until `/healthz` answers.
+    /// Starts it and waits (bounded) until it says where it serves.
     pub fn start(dir: &Path, config: &str, env: &[(&str, &str)]) -> Served {
+        use std::io::{BufRead, Write};
         let cfg = dir.join("serve.toml");
         std::fs::write(&cfg, config).unwrap();
-        for _ in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let addr = format!("127.0.0.1:{port}");
-            let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
-            c.arg("--db")
-                .arg(dir.join("db"))
-                .arg("--config")
-                .arg(&cfg)
-                .args(["serve", "--addr", &addr])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(dir.join("serve.log")).unwrap());
-            for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("STRATA_")) {
-                c.env_remove(k);
-            }
-            for (k, v) in env {
-                c.env(k, v);
-            }
-            let mut served = Served {
-                child: c.spawn().unwrap(),
-                addr,
-            };
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while std::time::Instant::now() < deadline {
-                if served.child.try_wait().unwrap().is_some() {
-                    break; // the port was taken meanwhile: try another
-                }
-                let up = raw_http(
-                    &served.addr,
-                    "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-                );
-                if up.is_some_and(|r| r.status == 200) {
-                    return served;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+        c.arg("--db")
+            .arg(dir.join("db"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("STRATA_")) {
+            c.env_remove(k);
         }
-        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
-        panic!("strata serve would not start: {}", log.trim());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let lines: Lines = Default::default();
+        let shared = lines.clone();
+        let mut log = std::fs::File::create(dir.join("serve.log")).unwrap();
+        std::thread::spawn(move || {
+            for line in stderr.lines() {
+                let Ok(line) = line else { break };
+                let _ = writeln!(log, "{line}");
+                shared.0.lock().unwrap().0.push(line);
+                shared.1.notify_all();
+            }
+            shared.0.lock().unwrap().1 = true;
+            shared.1.notify_all();
+        });
+        let mut served = Served {
+            child,
+            addr: String::new(),
+            lines,
+        };
+        let Some(line) = served.wait_for("strata serving on http://", Duration::from_secs(60))
+        else {
+            let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+            panic!("strata serve would not start: {}", log.trim());
+        };
+        let rest = &line[line.find("http://").unwrap() + "http://".len()..];
+        served.addr = rest.split_whitespace().next().unwrap().to_string();
+        served
+    }
+
+    /// Waits until a line of its stderr contains `needle` (or `within` passes, or it
+    /// exits); that line.
+    pub fn wait_for(&self, needle: &str, within: Duration) -> Option<String> {
+        let (lock, cv) = &*self.lines;
+        let deadline = std::time::Instant::now() + within;
+        let mut g = lock.lock().unwrap();
+        loop {
+            if let Some(l) = g.0.iter().find(|l| l.contains(needle)) {
+                return Some(l.clone());
+            }
+            let now = std::time::Instant::now();
+            if g.1 || now >= deadline {
+                return None;
+            }
+            g = cv.wait_timeout(g, deadline - now).unwrap().0;
+        }
     }
 }
 
