@@ -1118,72 +1118,59 @@ async fn client(
     log
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `strata serve` on `db` and waits (with a deadline) until `/healthz` answers.
+/// Starts `strata serve` on `db` on a port the system picks, and waits (with a deadline)
+/// for the line saying where it serves (its stderr, read line by line and appended to
+/// `log`).
 fn start_server(
-    rt: &tokio::runtime::Runtime,
+    _rt: &tokio::runtime::Runtime,
     db: &Path,
     log: &Path,
     cwd: &Path,
 ) -> Result<(Child, String), String> {
-    let mut why = String::new();
-    for _ in 0..3 {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let err = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let mut c = strata(db, cwd);
-        c.args(["serve", "--addr", &addr])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err);
-        let mut child = c.spawn().unwrap();
-        let base = format!("http://{addr}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let ready = rt.block_on(async {
-            let http = reqwest::Client::builder()
-                .timeout(Duration::from_secs(2))
-                .build()
-                .unwrap();
-            loop {
-                if child.try_wait().unwrap().is_some() {
-                    return false;
-                }
-                if let Ok(r) = http.get(format!("{base}/healthz")).send().await
-                    && r.status().is_success()
-                {
-                    return true;
-                }
-                if Instant::now() > deadline {
-                    return false;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    use std::io::{BufRead, Write};
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut c = strata(db, cwd);
+    c.args(["serve", "--addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(out, "{line}");
+            if let Some(at) = line.find("serving on http://") {
+                let rest = &line[at + "serving on ".len()..];
+                let _ = tx.send(
+                    rest.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
             }
-        });
-        if ready {
-            return Ok((child, base));
         }
-        why = if sigkill(&mut child) {
-            "it was not ready after 120 s".to_string()
-        } else {
-            // The port was taken meanwhile, or the store would not open.
-            "it exited".to_string()
-        };
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(base) => Ok((child, base)),
+        Err(_) => {
+            let why = if sigkill(&mut child) {
+                "it was not ready after 120 s"
+            } else {
+                "it exited"
+            };
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            Err(format!(
+                "strata serve would not start ({why}); its last lines, newest first: {tail:?}"
+            ))
+        }
     }
-    let tail = std::fs::read_to_string(log).unwrap_or_default();
-    let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-    Err(format!(
-        "strata serve would not start ({why}); its last lines, newest first: {tail:?}"
-    ))
 }
 
 fn turn_sentences() -> Vec<String> {

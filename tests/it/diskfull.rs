@@ -9,7 +9,7 @@
 use crate::support::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A small file system mounted in a temporary directory; unmounted on drop. `ballast` is a
 /// file taking part of it, deleted to give space back.
@@ -108,20 +108,12 @@ fn strata(work: &Path, db: &Path, min_free_mb: &str, args: &[&str]) -> Run {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!(
-                "strata {args:?} hung; stderr: {}",
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = wait_exit(&child, Duration::from_secs(120)) else {
+        child.kill().unwrap();
+        panic!(
+            "strata {args:?} hung; stderr: {}",
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
     };
     Run {
         code: status.code().unwrap_or(-1),

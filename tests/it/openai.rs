@@ -88,6 +88,8 @@ struct Mock {
     max_in_flight: Mutex<HashMap<&'static str, usize>>,
     hung: AtomicUsize,
     hung_dropped: Arc<AtomicUsize>,
+    /// Told whenever `hung` or `hung_dropped` changes ([`wait_until`] waits on it).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Mock {
@@ -137,10 +139,11 @@ fn passages(user: &str) -> Vec<String> {
         .collect()
 }
 
-struct HangGuard(Arc<AtomicUsize>);
+struct HangGuard(Arc<AtomicUsize>, Arc<tokio::sync::Notify>);
 impl Drop for HangGuard {
     fn drop(&mut self) {
         self.0.fetch_add(1, Ordering::SeqCst);
+        self.1.notify_waiters();
     }
 }
 
@@ -175,7 +178,8 @@ async fn respond(mock: &Mock, reply: Reply) -> Response {
         }
         Reply::Hang => {
             mock.hung.fetch_add(1, Ordering::SeqCst);
-            let _guard = HangGuard(mock.hung_dropped.clone());
+            mock.changed.notify_waiters();
+            let _guard = HangGuard(mock.hung_dropped.clone(), mock.changed.clone());
             std::future::pending::<()>().await;
             unreachable!()
         }
@@ -240,6 +244,7 @@ fn serve(rt: &tokio::runtime::Runtime) -> (Arc<Mock>, String) {
         max_in_flight: Mutex::default(),
         hung: AtomicUsize::new(0),
         hung_dropped: Arc::default(),
+        changed: Arc::default(),
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -603,20 +608,30 @@ fn hung_requests_time_out_are_retried_and_dropped() {
     assert_eq!(u.timeouts, 1 + 4);
     assert_eq!((r.model_errors, r.fallbacks), (2, 1));
     // The client hung up on every hung request: the server saw each one dropped.
-    wait_until(&rt, || mock.hung_dropped.load(Ordering::SeqCst) == 5);
+    wait_until(&rt, &mock, || mock.hung_dropped.load(Ordering::SeqCst) == 5);
     assert_eq!(mock.hung.load(Ordering::SeqCst), 5);
 }
 
-/// Polls `ok` (the server notices closed connections on its own schedule).
-fn wait_until(rt: &tokio::runtime::Runtime, ok: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !ok() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "condition never held"
-        );
-        rt.block_on(async { tokio::time::sleep(Duration::from_millis(5)).await });
-    }
+/// Waits (at most 5 s) until `ok` holds, checking again whenever the mock's counters
+/// change (the server notices closed connections on its own schedule).
+fn wait_until(rt: &tokio::runtime::Runtime, mock: &Mock, ok: impl Fn() -> bool) {
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                // Registered before the check: a change between the check and the wait
+                // still wakes it.
+                let changed = mock.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if ok() {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .expect("condition never held")
+    })
 }
 
 #[test]
@@ -632,7 +647,7 @@ fn dropping_a_build_cancels_its_outstanding_calls() {
     assert!(r.is_err(), "the build cannot finish against a hung server");
     // The dropped build let go of its permits and its connections.
     assert_eq!(e.limiter().in_flight(), 0);
-    wait_until(&rt, || {
+    wait_until(&rt, &mock, || {
         let hung = mock.hung.load(Ordering::SeqCst);
         hung == 6 && mock.hung_dropped.load(Ordering::SeqCst) == hung
     });
@@ -1927,7 +1942,7 @@ fn a_query_out_of_time_answers_with_its_best_partial_answer() {
     );
     assert_eq!(r.usage.fallbacks, 0);
     // The hung request was dropped by the stop, not answered.
-    wait_until(&rt, || mock.hung_dropped.load(Ordering::SeqCst) >= 1);
+    wait_until(&rt, &mock, || mock.hung_dropped.load(Ordering::SeqCst) >= 1);
     assert_eq!(mock.hung.load(Ordering::SeqCst), 1);
 }
 
@@ -1984,7 +1999,9 @@ fn sigint_on_strata_query_prints_the_best_partial_answer() {
         ])
         .spawn()
         .unwrap();
-        wait_until(&rt, || mock.hung.load(Ordering::SeqCst) >= hung_before);
+        wait_until(&rt, &mock, || {
+            mock.hung.load(Ordering::SeqCst) >= hung_before
+        });
         let sent = std::process::Command::new("kill")
             .args(["-INT", &child.id().to_string()])
             .status()
@@ -2015,7 +2032,7 @@ fn sigint_on_strata_query_prints_the_best_partial_answer() {
         );
         let fell_back = r["usage"]["fallbacks"].as_u64().unwrap() > 0;
         assert_eq!(fell_back, !script, "{r:#}");
-        wait_until(&rt, || {
+        wait_until(&rt, &mock, || {
             mock.hung_dropped.load(Ordering::SeqCst) >= hung_before
         });
     }

@@ -21,7 +21,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -37,15 +37,15 @@ const LEASE_MS: &str = "1500";
 #[derive(Clone)]
 struct Mock {
     hold: watch::Receiver<bool>,
-    held: Arc<AtomicUsize>,
+    held: Arc<watch::Sender<usize>>,
 }
 
 async fn chat_a(State(m): State<Mock>, body: axum::Json<Value>) -> axum::Json<Value> {
     if *m.hold.borrow() {
-        m.held.fetch_add(1, Ordering::SeqCst);
+        m.held.send_modify(|n| *n += 1);
         let mut hold = m.hold.clone();
         let _ = hold.wait_for(|h| !*h).await;
-        m.held.fetch_sub(1, Ordering::SeqCst);
+        m.held.send_modify(|n| *n -= 1);
     }
     chat(body).await
 }
@@ -110,51 +110,49 @@ fn strata(url: &str, tmp: &Path, model_url: &str) -> Command {
     c
 }
 
-fn start(rt: &tokio::runtime::Runtime, url: &str, tmp: &Path, model_url: &str) -> Replica {
-    let log = std::fs::OpenOptions::new()
+/// Starts a replica on a port the system picks; waits (bounded) for the line saying where
+/// it serves (its stderr, read line by line and copied to `serve.log`).
+fn start(_rt: &tokio::runtime::Runtime, url: &str, tmp: &Path, model_url: &str) -> Replica {
+    use std::io::{BufRead, Write};
+    let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(tmp.join("serve.log"))
         .unwrap();
-    for _ in 0..3 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut c = strata(url, tmp, model_url);
-        c.args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log.try_clone().unwrap());
-        let mut child = c.spawn().unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let ready = rt.block_on(async {
-            let http = reqwest::Client::new();
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while Instant::now() < deadline {
-                if child.try_wait().unwrap().is_some() {
-                    return false;
-                }
-                if let Ok(r) = http.get(format!("{base}/healthz")).send().await
-                    && r.status().is_success()
-                {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut c = strata(url, tmp, model_url);
+    c.args(["serve", "--addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(log, "{line}");
+            if let Some(at) = line.find("serving on http://") {
+                let rest = &line[at + "serving on ".len()..];
+                let _ = tx.send(
+                    rest.split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
             }
-            false
-        });
-        if ready {
-            return Replica { child, base };
         }
-        let _ = child.kill();
-        let _ = child.wait();
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(base) => Replica { child, base },
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "strata serve would not start: {}",
+                std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default()
+            );
+        }
     }
-    panic!(
-        "strata serve would not start: {}",
-        std::fs::read_to_string(tmp.join("serve.log")).unwrap_or_default()
-    );
 }
 
 // ------------------------------------------------------------------ the database
@@ -208,7 +206,7 @@ async fn client(
     live: watch::Receiver<Vec<String>>,
     rounds: Arc<Vec<AtomicU32>>,
     stop: Arc<AtomicBool>,
-    acked_so_far: Arc<AtomicUsize>,
+    acked_so_far: Arc<watch::Sender<usize>>,
 ) -> Log {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -241,7 +239,7 @@ async fn client(
         {
             Ok(r) if r.status().is_success() => {
                 let acked = Instant::now();
-                acked_so_far.fetch_add(1, Ordering::SeqCst);
+                acked_so_far.send_modify(|n| *n += 1);
                 let v: Value = r.json().await.unwrap_or(Value::Null);
                 log.acks.push(Ack {
                     debate,
@@ -294,7 +292,7 @@ fn two_replicas_one_killed_mid_build_lose_nothing_and_agree() {
     let tmp = tempfile::tempdir().unwrap();
     let rt = rt();
     let (hold_tx, hold) = watch::channel(false);
-    let held = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(watch::channel(0usize).0);
     let app = Router::new()
         .route("/a/v1/chat/completions", route_post(chat_a))
         .route("/b/v1/chat/completions", route_post(chat_b))
@@ -311,7 +309,7 @@ fn two_replicas_one_killed_mid_build_lose_nothing_and_agree() {
     let (live_tx, live) = watch::channel(vec![a.base.clone(), b.base.clone()]);
     let rounds: Arc<Vec<AtomicU32>> = Arc::new((0..DEBATES).map(|_| AtomicU32::new(1)).collect());
     let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(AtomicUsize::new(0));
+    let acked = Arc::new(watch::channel(0usize).0);
     let clients: Vec<_> = (0..CLIENTS)
         .map(|ci| {
             rt.spawn(client(
@@ -324,25 +322,17 @@ fn two_replicas_one_killed_mid_build_lose_nothing_and_agree() {
         })
         .collect();
 
-    // Both replicas build while the clients append. A has claimed jobs: which replica
-    // holds a job is in the database.
-    let a_name = |owner: &str| owner.ends_with("replica-1");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !running(&rt, &url).iter().any(|(_, o)| a_name(o)) {
-        assert!(Instant::now() < deadline, "replica A never claimed a job");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Hold A's model answers: once one of A's calls is waiting and A holds a job, that
-    // job is in the middle of its build (builds are A's only model calls here).
+    // Hold A's model answers: once one of A's calls is waiting, A holds a job in the
+    // middle of its build (builds are A's only model calls here). Woken by the mock, not
+    // polled.
     hold_tx.send_replace(true);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while held.load(Ordering::SeqCst) == 0 || !running(&rt, &url).iter().any(|(_, o)| a_name(o)) {
-        assert!(
-            Instant::now() < deadline,
-            "replica A made no model call while holding a job"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut waiting = held.subscribe();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), waiting.wait_for(|n| *n > 0)).await
+    })
+    .expect("replica A made no model call while holding a job")
+    .unwrap();
+    let a_name = |owner: &str| owner.ends_with("replica-1");
     sigkill(&mut a.child);
     live_tx.send_replace(vec![b.base.clone()]);
     // The jobs the dead replica held: it died in the middle of their builds.
@@ -365,15 +355,13 @@ fn two_replicas_one_killed_mid_build_lose_nothing_and_agree() {
     let a = start(&rt, &url, tmp.path(), &model_a);
     live_tx.send_replace(vec![a.base.clone(), b.base.clone()]);
     // Appends go through both again: wait for a few dozen more acknowledgements.
-    let target = acked.load(Ordering::SeqCst) + 40;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while acked.load(Ordering::SeqCst) < target {
-        assert!(
-            Instant::now() < deadline,
-            "appends stalled after the restart"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut acks = acked.subscribe();
+    let target = *acks.borrow() + 40;
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(120), acks.wait_for(|n| *n >= target)).await
+    })
+    .expect("appends stalled after the restart")
+    .unwrap();
     stop.store(true, Ordering::SeqCst);
     let logs: Vec<Log> = clients
         .into_iter()

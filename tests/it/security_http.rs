@@ -515,7 +515,7 @@ fn sigterm_cuts_a_slow_request_after_the_grace_period() {
     let (url, mut calls) = hanging_model(&rt);
     let base = slow_queries(&url);
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Served::start(
+    let s = Served::start(
         dir.path(),
         "",
         &with_env(&base, &[("STRATA_SERVER_SHUTDOWN_GRACE_SECS", "2")]),
@@ -533,14 +533,8 @@ fn sigterm_cuts_a_slow_request_after_the_grace_period() {
         rustix::process::Signal::TERM,
     )
     .unwrap();
-    let deadline = t0 + Duration::from_secs(7);
-    let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "still running 7 s after SIGTERM");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = crate::support::wait_exit(&s.child, Duration::from_secs(7))
+        .expect("still running 7 s after SIGTERM");
     let took = t0.elapsed();
     eprintln!("sigterm: stopped {took:?} after SIGTERM with a query in progress (grace 2 s)");
     assert!(status.success(), "{status:?}");

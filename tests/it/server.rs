@@ -465,14 +465,32 @@ impl strata::SubModel for Slow {
     }
 }
 
+/// A compressor that says when its first call arrives and never answers: the build that
+/// calls it is running until the server stops it.
+struct Stuck(Arc<tokio::sync::Notify>);
+
+impl strata::SubModel for Stuck {
+    fn identity(&self) -> String {
+        "slow-test-model".into()
+    }
+    fn compress(
+        &self,
+        _req: strata::model::CompressRequest,
+    ) -> strata::model::BoxFuture<'_, Result<String, strata::model::ModelError>> {
+        self.0.notify_one();
+        Box::pin(std::future::pending())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_parks_a_running_job_and_the_restart_finishes_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = Config::default();
     cfg.server.shutdown_grace_secs = 0;
+    let called = Arc::new(tokio::sync::Notify::new());
     let engine = Engine::open(dir.path(), cfg.clone())
         .unwrap()
-        .with_model(Arc::new(Slow));
+        .with_model(Arc::new(Stuck(called.clone())));
     let s = Server::start_engine(engine).await;
     let (code, v) = s
         .post(
@@ -482,13 +500,11 @@ async fn shutdown_parks_a_running_job_and_the_restart_finishes_it() {
         .await;
     assert_eq!(code, 201);
     let id = v["job_id"].as_u64().unwrap();
-    // Wait until a worker has taken the job, then stop the server mid-build.
-    for _ in 0..200 {
-        if s.get(&format!("/api/jobs/{id}")).await.1["state"] == "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Once the model is called, a worker has taken the job and is building: stop the
+    // server mid-build.
+    tokio::time::timeout(Duration::from_secs(60), called.notified())
+        .await
+        .expect("the job's build never called the model");
     assert_eq!(
         s.get(&format!("/api/jobs/{id}")).await.1["state"],
         "running"

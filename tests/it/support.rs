@@ -588,3 +588,25 @@ pub fn raw_http(addr: &str, request: &str) -> Option<RawResponse> {
         body: body.to_string(),
     })
 }
+
+/// Waits for `child` to exit, at most `within` (`None`: still running; the caller kills
+/// it). A thread blocks in `waitpid` and reports the exit: no polling. The child is reaped
+/// here, so a later `Child::wait` on it errs.
+pub fn wait_exit(
+    child: &std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = rustix::process::Pid::from_child(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(rustix::process::waitpid(
+            Some(pid),
+            rustix::process::WaitOptions::empty(),
+        ));
+    });
+    match rx.recv_timeout(within) {
+        Ok(Ok(Some((_, st)))) => Some(std::process::ExitStatus::from_raw(st.as_raw())),
+        _ => None,
+    }
+}

@@ -176,6 +176,27 @@ impl SubModel for Stalls {
     }
 }
 
+/// Counts the nodes a build reports stored; `reached.wait_for(n)` wakes when `n` are.
+#[derive(Default)]
+struct StoredNodes {
+    reached: Count,
+}
+
+#[derive(Default)]
+struct Count(tokio::sync::watch::Sender<u64>);
+
+impl Count {
+    async fn wait_for(&self, n: u64) {
+        let _ = self.0.subscribe().wait_for(|k| *k >= n).await;
+    }
+}
+
+impl strata::Progress for StoredNodes {
+    fn inc(&self, n: u64) {
+        self.reached.0.send_modify(|k| *k += n);
+    }
+}
+
 // Regression: nodes an interrupted build had stored were never indexed, and the resumed
 // build counted them as done (23,520 nodes, 7,174 indexed).
 #[test]
@@ -191,15 +212,12 @@ fn nodes_of_an_interrupted_build_are_indexed_at_the_next_open() {
             }));
         e.ingest_files("docs", None, &doc_paths(), T0).unwrap();
         // The build stalls after 20 nodes; dropping it once they are stored is what a kill
-        // does to a build (waited for as a condition, not a time: the machine may be slow).
+        // does to a build. The build's progress (one tick per node stored) says when.
+        let stored = StoredNodes::default();
         let stalled = async {
             tokio::select! {
-                _ = e.compress("docs", T0, &NoProgress) => panic!("the build should have stalled"),
-                _ = async {
-                    while e.stats(T0).unwrap().unindexed < 20 {
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    }
-                } => {}
+                _ = e.compress("docs", T0, &stored) => panic!("the build should have stalled"),
+                _ = stored.reached.wait_for(20) => {}
             }
         };
         rt.block_on(async {
