@@ -110,6 +110,7 @@ fn strata(work: &Path, db: &Path, min_free_mb: &str, args: &[&str]) -> Run {
         .unwrap();
     let Some(status) = wait_exit(&child, Duration::from_secs(120)) else {
         child.kill().unwrap();
+        let _ = child.wait();
         panic!(
             "strata {args:?} hung; stderr: {}",
             std::fs::read_to_string(&err).unwrap_or_default()
