@@ -2141,3 +2141,144 @@ fn real_model_end_to_end() {
     }
     assert!(!q.citations.is_empty(), "{q:#?}");
 }
+
+// ---------------------------------------------------------------- SubModel conformance
+
+/// Requests every implementation of `SubModel` must serve: turns with speaker labels and
+/// a document's paragraphs, at each compressed level.
+fn conformance_requests() -> Vec<CompressRequest> {
+    let turns = vec![
+        Passage {
+            text: "The tram line would cost 240 million euros and open in 2031. I propose we fund the first section now.".into(),
+            label: Some("alice (round 1)".into()),
+        },
+        Passage {
+            text: "Buses cost less: 35 million for twelve routes. The audit of 2029 found the tram estimate low by a fifth.".into(),
+            label: Some("bob (round 1)".into()),
+        },
+    ];
+    let doc = vec![Passage {
+        text: "The harbour was dredged in 1998. Since then cargo volumes doubled, and the port authority asked for a second quay. Its cost was put at 80 million.".into(),
+        label: None,
+    }];
+    let mut out = Vec::new();
+    for (level, target) in [
+        (Level::Detailed, 30),
+        (Level::Summary, 16),
+        (Level::Abstract, 10),
+    ] {
+        out.push(CompressRequest::new(level, turns.clone(), target));
+        out.push(CompressRequest::new(level, doc.clone(), target));
+    }
+    out
+}
+
+/// Numbers in `s` (digit runs, with inner `,` or `.`).
+fn numbers(s: &str) -> Vec<String> {
+    s.split(|c: char| !(c.is_ascii_digit() || c == ',' || c == '.'))
+        .map(|w| w.trim_matches(|c| c == ',' || c == '.'))
+        .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The contract of `strata::model::SubModel`, checked on one implementation: a stable,
+/// printable identity; a prompt (when it takes one) that shows the model every passage
+/// and leaves room for the reply, and carries a retry's feedback; a non-empty reply for
+/// every level that states no number its passages do not; a trusted model (whose output
+/// is used unchecked) takes no prompt, is deterministic and keeps within the accepted
+/// budget; and the engine builds a whole tree with it, with no fallback.
+fn check_submodel_conformance(
+    rt: &tokio::runtime::Runtime,
+    model: Arc<dyn strata::SubModel>,
+    cfg: Config,
+) {
+    let id = model.identity();
+    assert!(!id.trim().is_empty(), "an empty identity");
+    assert!(!id.chars().any(char::is_control), "identity {id:?}");
+    assert_eq!(model.identity(), id, "the identity changed between calls");
+    for req in conformance_requests() {
+        let what = format!("{id}, {:?}, {} passages", req.level, req.passages.len());
+        match model.prompt(&req) {
+            Some(p) => {
+                for passage in &req.passages {
+                    assert!(
+                        p.user.contains(&passage.text),
+                        "{what}: a passage is missing from the prompt"
+                    );
+                }
+                assert!(
+                    p.max_tokens as usize >= req.target_tokens,
+                    "{what}: reply budget {} under the target {}",
+                    p.max_tokens,
+                    req.target_tokens
+                );
+                let mut retry = req.clone();
+                retry.feedback = Some("it was too long: 80 tokens over".into());
+                let p2 = model.prompt(&retry).unwrap();
+                assert!(
+                    p2.user.contains("80 tokens over") || p2.system.contains("80 tokens over"),
+                    "{what}: the retry's feedback is not in its prompt"
+                );
+            }
+            None => assert!(
+                model.trusted(),
+                "{what}: a model sent no prompt must be trusted"
+            ),
+        }
+        let out = rt
+            .block_on(model.compress(req.clone()))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(!out.trim().is_empty(), "{what}: empty output");
+        // What a reply may state: the passages and their labels (who said it, when).
+        let input: String = req
+            .passages
+            .iter()
+            .map(|p| format!("{} {} ", p.label.as_deref().unwrap_or(""), p.text))
+            .collect();
+        let stated = numbers(&input);
+        for n in numbers(&out) {
+            assert!(stated.contains(&n), "{what}: {n} is in no passage: {out:?}");
+        }
+        if model.trusted() {
+            let again = rt.block_on(model.compress(req.clone())).unwrap();
+            assert_eq!(again, out, "{what}: a trusted model is deterministic");
+            assert!(
+                strata::token::count(&out)
+                    <= strata::model::prompts::accepted_tokens(req.target_tokens)
+                        + strata::token::count(&input) / 2,
+                "{what}: {out:?}"
+            );
+        }
+    }
+    // The engine builds every level with it.
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(cfg, dir.path()).with_model(model);
+    let r = build(rt, &e);
+    assert!(r.failures.is_empty(), "{id}: {:?}", r.failures);
+    assert_eq!(
+        r.fallbacks, 0,
+        "{id}: the build fell back to the offline compressor"
+    );
+}
+
+#[test]
+fn the_offline_model_conforms_to_submodel() {
+    let rt = rt();
+    check_submodel_conformance(&rt, Arc::new(offline::Offline), Config::default());
+}
+
+#[test]
+fn the_openai_client_on_a_scripted_server_conforms_to_submodel() {
+    let rt = rt();
+    let (mock, url) = serve(&rt);
+    let cfg = cfg(&url);
+    let models = strata::model::Models::from_config(&cfg, &|_| None).unwrap();
+    assert!(!models.sub.trusted(), "a remote model's output is checked");
+    check_submodel_conformance(&rt, models.sub.clone(), cfg);
+    // A server that fails is an error, never an output.
+    mock.set(|_| Reply::Status(500, vec![]));
+    let req = conformance_requests().remove(0);
+    let r = rt.block_on(models.sub.compress(req));
+    assert!(r.is_err(), "{r:?}");
+}
