@@ -247,7 +247,7 @@ fn main() {
     log(&format!("{} queries...", QUESTIONS.len()));
     let scopes = vec![DOC_SCOPE.to_string()];
     // One query first so a lazily initialised structure is not charged to question 1.
-    rt.block_on(engine.query(&scopes, "warm up", now, &NoProgress))
+    rt.block_on(engine.query(&strata::Ask::new(&scopes, "warm up", now)))
         .expect("query");
     let mut qlat = Vec::new();
     let mut qrows = Vec::new();
@@ -255,7 +255,7 @@ fn main() {
     for (q, who, lo, hi) in QUESTIONS {
         let t = Instant::now();
         let r = rt
-            .block_on(engine.query(&scopes, q, now, &NoProgress))
+            .block_on(engine.query(&strata::Ask::new(&scopes, q, now)))
             .expect("query");
         let ms = t.elapsed().as_secs_f64() * 1e3;
         qlat.push(ms);
@@ -304,7 +304,7 @@ fn main() {
     let reopen_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let first = rt
-        .block_on(engine.query(&scopes, QUESTIONS[0].0, now, &NoProgress))
+        .block_on(engine.query(&strata::Ask::new(&scopes, QUESTIONS[0].0, now)))
         .expect("query after reopen");
     let first_q_s = t.elapsed().as_secs_f64();
     out.row(

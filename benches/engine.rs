@@ -449,8 +449,11 @@ fn bench_query(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 let r =
-                    w.rt.block_on(w.engine.query(scopes, black_box(q), w.now, &NoProgress))
-                        .expect("query");
+                    w.rt.block_on(
+                        w.engine
+                            .query(&strata::Ask::new(scopes, black_box(q), w.now)),
+                    )
+                    .expect("query");
                 assert!(!r.citations.is_empty(), "{name}: no citations");
                 r
             })

@@ -16,7 +16,7 @@
 //!     .context("debate", LevelChoice::Auto, 2000, unix_now(), &NoProgress)
 //!     .await?;
 //! let answer = engine
-//!     .query(&["debate".into()], "who changed position?", unix_now(), &NoProgress)
+//!     .query(&strata::Ask::new(&["debate".into()], "who changed position?", unix_now()))
 //!     .await?;
 //! for c in &answer.citations {
 //!     println!("{} [{}..{}): {}", c.source, c.start, c.end, c.quote);
@@ -70,7 +70,9 @@ pub use build::{BuildFailure, BuildReport};
 pub use clock::unix_now;
 pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
-pub use engine::{Engine, ForgetReport, GcReport, GrepHit, IngestReport, ScopeStats, Stats, View};
+pub use engine::{
+    Ask, Engine, ForgetReport, GcReport, GrepHit, IngestReport, ScopeStats, Stats, View,
+};
 pub use error::{Error, ModelError, Result};
 pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};

@@ -425,7 +425,14 @@ fn query(
         shutdown_signal().await;
         std::process::exit(130);
     });
-    let r = rt.block_on(engine.query_until(scopes, question, &qcfg, now, &bar, stop));
+    let r = rt.block_on(
+        engine.query(
+            &strata::Ask::new(scopes, question, now)
+                .settings(&qcfg)
+                .progress(&bar)
+                .stop(stop),
+        ),
+    );
     watcher.abort();
     let r = r?;
     if let Some(path) = trace {

@@ -15,7 +15,7 @@ pub use forget::ForgetReport;
 pub use ingest::IngestReport;
 pub use levels::View;
 pub use maintain::{GcReport, ScopeStats, Stats};
-pub use query::GrepHit;
+pub use query::{Ask, GrepHit};
 
 use crate::config::Config;
 use crate::context::{ContextWindow, LevelChoice};

@@ -87,48 +87,63 @@ fn answer_when(question: &str, r: &mut QueryResult) {
     r.when = Some(iso);
 }
 
+/// One question for [`Engine::query`]: where, what, when, and how (settings, progress,
+/// what may stop it). `Ask::new(scopes, question, now)` takes the engine's settings, no
+/// progress and no stop.
+pub struct Ask<'a> {
+    /// The scopes to search; empty: every scope.
+    pub scopes: &'a [String],
+    pub question: &'a str,
+    /// Unix seconds: what is live, and the time questions are asked at.
+    pub now: u64,
+    /// Per-request navigator settings (iterations, start level, `time_limit_ms`, time
+    /// range …); `None`: the engine's `[query]` settings.
+    pub settings: Option<&'a crate::config::QueryConfig>,
+    pub progress: &'a dyn Progress,
+    /// Ends the query early (cancelled, or its time limit); see [`Engine::query`].
+    pub stop: Stop,
+}
+
+impl<'a> Ask<'a> {
+    pub fn new(scopes: &'a [String], question: &'a str, now: u64) -> Ask<'a> {
+        Ask {
+            scopes,
+            question,
+            now,
+            settings: None,
+            progress: &crate::progress::NoProgress,
+            stop: Stop::default(),
+        }
+    }
+
+    pub fn settings(mut self, settings: &'a crate::config::QueryConfig) -> Ask<'a> {
+        self.settings = Some(settings);
+        self
+    }
+
+    pub fn progress(mut self, progress: &'a dyn Progress) -> Ask<'a> {
+        self.progress = progress;
+        self
+    }
+
+    pub fn stop(mut self, stop: Stop) -> Ask<'a> {
+        self.stop = stop;
+        self
+    }
+}
+
 impl Engine {
-    /// Answers `question` over `scopes` (all scopes when empty) with cited source spans.
-    pub async fn query(
-        &self,
-        scopes: &[String],
-        question: &str,
-        now: u64,
-        progress: &dyn Progress,
-    ) -> Result<QueryResult> {
-        self.query_with(scopes, question, &self.cfg.query, now, progress)
-            .await
-    }
-
-    /// [`Engine::query`] with per-request navigator settings (iterations, start level,
-    /// `time_limit_ms`...).
-    pub async fn query_with(
-        &self,
-        scopes: &[String],
-        question: &str,
-        qcfg: &crate::config::QueryConfig,
-        now: u64,
-        progress: &dyn Progress,
-    ) -> Result<QueryResult> {
-        self.query_until(scopes, question, qcfg, now, progress, Stop::default())
-            .await
-    }
-
-    /// [`Engine::query_with`] that `stop` may end early (its time limit, else
-    /// `qcfg.time_limit_ms`, counts from this call). A stopped query still answers, from
-    /// what it gathered: the best answer the root model gave so far, else the offline
-    /// policy's (milliseconds); `limit_hit` is `cancelled` or `time_limit`. A build the
-    /// query needs first is finished, not abandoned (what it builds is kept): the
-    /// navigation then starts stopped.
-    pub async fn query_until(
-        &self,
-        scopes: &[String],
-        question: &str,
-        qcfg: &crate::config::QueryConfig,
-        now: u64,
-        progress: &dyn Progress,
-        stop: Stop,
-    ) -> Result<QueryResult> {
+    /// Answers `ask.question` over `ask.scopes` (all scopes when empty) with cited source
+    /// spans. `ask.stop` may end it early (its time limit, else the settings'
+    /// `time_limit_ms`, counts from this call). A stopped query still answers, from what
+    /// it gathered: the best answer the root model gave so far, else the offline policy's
+    /// (milliseconds); `limit_hit` is `cancelled` or `time_limit`. A build the query
+    /// needs first is finished, not abandoned (what it builds is kept): the navigation
+    /// then starts stopped.
+    pub async fn query(&self, ask: &Ask<'_>) -> Result<QueryResult> {
+        let (scopes, question, now, progress) = (ask.scopes, ask.question, ask.now, ask.progress);
+        let qcfg = ask.settings.unwrap_or(&self.cfg.query);
+        let stop = ask.stop.clone();
         let stop = if stop.time_limit_ms() == 0 {
             stop.with_time_limit(qcfg.time_limit_ms)
         } else {

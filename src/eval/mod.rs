@@ -511,12 +511,11 @@ async fn run_instance(
     for q in &inst.questions {
         let t = Instant::now();
         let r = engine
-            .query(
+            .query(&crate::Ask::new(
                 std::slice::from_ref(&inst.name),
                 &q.question,
                 now,
-                &crate::progress::NoProgress,
-            )
+            ))
             .await?;
         outcomes.push(score(&inst.name, q, &r, ms(t)));
     }

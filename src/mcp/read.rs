@@ -151,7 +151,11 @@ pub(crate) async fn query(
         qcfg.time_limit_ms = ms;
     }
     let r = engine
-        .query_until(&a.scopes, &a.question, &qcfg, now, &NoProgress, stop)
+        .query(
+            &crate::Ask::new(&a.scopes, &a.question, now)
+                .settings(&qcfg)
+                .stop(stop),
+        )
         .await?;
     let mut v = serde_json::to_value(&r).map_err(|e| ToolError::Failed(e.to_string()))?;
     v["provenance"] = json!({

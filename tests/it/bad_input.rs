@@ -109,7 +109,7 @@ fn unknown_scope_and_zero_budget() {
         "{err}"
     );
     let err = rt
-        .block_on(e.query(&["nope".into()], "q", T0, &NoProgress))
+        .block_on(e.query(&strata::Ask::new(&["nope".into()], "q", T0)))
         .unwrap_err()
         .to_string();
     assert!(err.contains("unknown scope"), "{err}");
@@ -126,7 +126,7 @@ fn unknown_scope_and_zero_budget() {
             .contains("unknown level")
     );
     let err = rt
-        .block_on(e.query(&["debate".into()], "   ", T0, &NoProgress))
+        .block_on(e.query(&strata::Ask::new(&["debate".into()], "   ", T0)))
         .unwrap_err()
         .to_string();
     assert!(err.contains("empty"), "{err}");

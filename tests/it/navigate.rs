@@ -195,7 +195,7 @@ fn the_demo_answers() {
 #[test]
 fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
     use crate::support::{T0, rt, write};
-    use strata::{Config, Engine, NoProgress};
+    use strata::{Config, Engine};
     let e = Engine::in_memory(Config::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let turns = [
@@ -229,7 +229,7 @@ fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
     let path = write(dir.path(), "chat.jsonl", lines);
     e.ingest_files("chat", None, &[path], T0).unwrap();
     let ask = |q: &str| {
-        rt().block_on(e.query(&["chat".to_string()], q, T0, &NoProgress))
+        rt().block_on(e.query(&strata::Ask::new(&["chat".to_string()], q, T0)))
             .unwrap()
     };
     let r = ask("What did Caroline realise after the charity race?");

@@ -868,7 +868,7 @@ fn nav_cfg(url: &str) -> Config {
 
 fn query(rt: &tokio::runtime::Runtime, e: &Engine, q: &str) -> QueryResult {
     let r = rt
-        .block_on(e.query(&["d".to_string()], q, T0, &NoProgress))
+        .block_on(e.query(&strata::Ask::new(&["d".to_string()], q, T0)))
         .unwrap();
     check_citations(e, &r);
     r
@@ -1013,7 +1013,7 @@ fn llm_navigator_starts_with_the_strategy_primitive() {
         let mut qcfg = e.config().query.clone();
         qcfg.strategy = strategy;
         let r = rt
-            .block_on(e.query_with(&["d".to_string()], q, &qcfg, T0, &NoProgress))
+            .block_on(e.query(&strata::Ask::new(&["d".to_string()], q, T0).settings(&qcfg)))
             .unwrap();
         check_citations(&e, &r);
         let steps: Vec<&strata::Step> = r
@@ -1160,7 +1160,7 @@ fn llm_navigator_falls_back_to_the_offline_policy() {
     qcfg.strategy = strata::config::Strategy::Offline;
     let before = mock.total();
     let r = rt
-        .block_on(e.query_with(&["d".to_string()], q, &qcfg, T0, &NoProgress))
+        .block_on(e.query(&strata::Ask::new(&["d".to_string()], q, T0).settings(&qcfg)))
         .unwrap();
     assert_eq!(r.citations, offline_answer.citations);
     assert_eq!((r.usage.calls, mock.total()), (0, before));
@@ -2043,7 +2043,7 @@ fn sigint_on_strata_query_prints_the_best_partial_answer() {
 fn engine_futures_are_send(e: &Engine) {
     fn send<T: Send>(_: T) {}
     send(e.compress("d", T0, &NoProgress));
-    send(e.query(&[], "q", T0, &NoProgress));
+    send(e.query(&strata::Ask::new(&[], "q", T0)));
 }
 
 // ---------------------------------------------------------------- a real model

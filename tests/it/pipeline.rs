@@ -151,12 +151,11 @@ fn sample_data_end_to_end() {
 
     // --all searches every scope.
     let r = rt
-        .block_on(e.query(
+        .block_on(e.query(&strata::Ask::new(
             &[],
             "What is the first of the four freedoms?",
             T0,
-            &NoProgress,
-        ))
+        )))
         .unwrap();
     check_citations(&e, &r);
     assert!(

@@ -74,7 +74,7 @@ pub fn query(
     now: u64,
 ) -> QueryResult {
     let r = rt
-        .block_on(e.query(&[scope.to_string()], q, now, &NoProgress))
+        .block_on(e.query(&strata::Ask::new(&[scope.to_string()], q, now)))
         .unwrap();
     check_citations(e, &r);
     r
@@ -160,7 +160,7 @@ pub fn check(scopes: &[&str], question: &str, expect: Expect) {
     qcfg.strategy = Strategy::Offline;
     let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
     let r = rt()
-        .block_on(e.query_with(&scopes, question, &qcfg, T0, &NoProgress))
+        .block_on(e.query(&strata::Ask::new(&scopes, question, T0).settings(&qcfg)))
         .unwrap();
     check_citations(e, &r);
     expect.assert_eq(&render(&r));

@@ -5,7 +5,7 @@
 
 use crate::support::*;
 use strata::trace::{self, Record};
-use strata::{NoProgress, config::Strategy};
+use strata::config::Strategy;
 
 #[test]
 fn a_trace_reads_back_and_renders_the_tree_the_path_and_the_cited_spans() {
@@ -20,7 +20,7 @@ fn a_trace_reads_back_and_renders_the_tree_the_path_and_the_cited_spans() {
         "What cost estimate did the 2029 audit give?",
     ] {
         let r = rt()
-            .block_on(e.query_with(&scopes, q, &qcfg, T0, &NoProgress))
+            .block_on(e.query(&strata::Ask::new(&scopes, q, T0).settings(&qcfg)))
             .unwrap();
         check_citations(e, &r);
         trace::append(&file, &trace::records(q, &scopes, &r, T0)).unwrap();

@@ -320,12 +320,11 @@ fn two_scopes_holding_the_same_file_keep_their_own_nodes() {
         );
         assert!(hits.iter().all(|h| h.scope == scope), "{hits:?}");
         let r = rt()
-            .block_on(e.query(
+            .block_on(e.query(&strata::Ask::new(
                 &[scope.to_string()],
                 "What was the harbour levy raised to?",
                 T0,
-                &NoProgress,
-            ))
+            )))
             .unwrap();
         check_citations(&e, &r);
         assert!(r.answer.contains("4 percent"), "{scope}: {}", r.answer);

@@ -219,7 +219,7 @@ impl Db {
                 .rt
                 .block_on(
                     self.engine
-                        .query(&scopes, &question, unix_now(), &NoProgress),
+                        .query(&strata::Ask::new(&scopes, &question, unix_now())),
                 )
                 .map_err(err)?;
             json(&r)

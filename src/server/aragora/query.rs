@@ -266,7 +266,7 @@ async fn run_query(
     // The engine keeps its synchronous work (scoring, index commits) off the executor.
     let r = s
         .engine
-        .query_with(&scopes, &question, &cfg, now, &crate::progress::NoProgress)
+        .query(&crate::Ask::new(&scopes, &question, now).settings(&cfg))
         .await?;
     if !s.cfg.trace_file.is_empty() {
         let (path, records) = (
