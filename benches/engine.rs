@@ -375,8 +375,11 @@ fn bench_index(c: &mut Criterion) {
     g.bench_function("grep_all_scopes", |b| {
         b.iter(|| {
             let hits = w
-                .engine
-                .grep(&[], black_box("four freedoms speech"), &[], 10, w.now)
+                .rt
+                .block_on(
+                    w.engine
+                        .grep(&[], black_box("four freedoms speech"), &[], 10, w.now),
+                )
                 .expect("grep");
             assert!(!hits.is_empty());
             hits
@@ -385,15 +388,14 @@ fn bench_index(c: &mut Criterion) {
     let docs = vec!["docs".to_string()];
     g.bench_function("grep_docs_full_level", |b| {
         b.iter(|| {
-            w.engine
-                .grep(
-                    &docs,
-                    black_box("four freedoms speech"),
-                    &[Level::Full],
-                    10,
-                    w.now,
-                )
-                .expect("grep")
+            w.rt.block_on(w.engine.grep(
+                &docs,
+                black_box("four freedoms speech"),
+                &[Level::Full],
+                10,
+                w.now,
+            ))
+            .expect("grep")
         })
     });
     g.finish();

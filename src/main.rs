@@ -162,7 +162,7 @@ fn run_command(
             level,
             limit,
             pattern,
-        } => grep(engine, &scope, &level, limit, &pattern, now, json),
+        } => grep(engine, rt, &scope, &level, limit, &pattern, now, json),
         Cmd::Serve { addr } => serve(engine.clone(), rt, addr),
         Cmd::Mcp => mcp(engine.clone(), rt),
         Cmd::Stats => stats(engine, now, json),
@@ -501,6 +501,7 @@ fn trace(engine: &Engine, file: &std::path::Path, out: Option<std::path::PathBuf
 /// `strata grep`: BM25 hits over the levels.
 fn grep(
     engine: &Engine,
+    rt: &tokio::runtime::Runtime,
     scopes: &[String],
     levels: &[String],
     limit: usize,
@@ -512,7 +513,7 @@ fn grep(
         .iter()
         .map(|l| l.parse::<Level>())
         .collect::<strata::Result<Vec<_>>>()?;
-    let hits = engine.grep(scopes, pattern, &levels, limit, now)?;
+    let hits = rt.block_on(engine.grep(scopes, pattern, &levels, limit, now))?;
     if json {
         return print_json(&hits);
     }

@@ -2,17 +2,17 @@
 
 use super::Engine;
 use crate::config::Strategy;
+use crate::corpus::{Search, Trees};
 use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::model::usage::metered;
 use crate::model::{Meter, Usage};
 use crate::navigate::{Explorer, QueryResult, Stop, Stoppable, off_executor};
-use crate::node::{NodeId, Span};
+use crate::node::Span;
 use crate::plan::Plan;
 use crate::progress::Progress;
 use crate::time::TimeRange;
 use serde::Serialize;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// One `grep` result.
@@ -208,7 +208,7 @@ impl Engine {
 
     /// BM25 search over the current trees of `scopes` (all when empty) at `levels` (all
     /// when empty): the `grep` primitive, exposed for people and agents.
-    pub fn grep(
+    pub async fn grep(
         &self,
         scopes: &[String],
         pattern: &str,
@@ -224,35 +224,51 @@ impl Engine {
             }
             scopes.to_vec()
         };
-        let mut current: HashSet<NodeId> = HashSet::new();
+        let mut plans = Vec::with_capacity(names.len());
         for s in &names {
-            current.extend(self.plan(s)?.all_ids());
+            plans.push(self.plan(s)?);
         }
-        self.sync_index()?;
-        let hits = self.index.search(&crate::index::Grep {
-            query: &self.index.analyse_query(pattern),
-            scopes: &names,
-            levels,
-            within: None,
-            limit: limit.saturating_mul(2).max(limit),
-        })?;
-        let mut out = Vec::new();
-        for h in hits {
-            if out.len() >= limit || !current.contains(&h.id) {
-                continue;
-            }
-            if let Some(n) = self.store.get_live(&h.id, now)? {
-                out.push(GrepHit {
-                    id: n.id.to_hex(),
-                    scope: n.scope,
-                    level: n.level,
-                    score: h.score,
-                    citations: n.citations.len(),
-                    first_span: n.citations.first().cloned(),
-                    text: n.text,
-                });
-            }
+        // The navigator's one retrieval seam: BM25 over the current trees, fused with the
+        // dense ranking when an embedder is configured (a failed embedding: BM25 only).
+        let corpus = self.corpus();
+        let mut dense = corpus.dense();
+        if let Some(d) = dense.as_mut()
+            && let Some(e) = d.embed_query(pattern, true).await
+        {
+            tracing::warn!(error = %e, "grep: embedding the pattern failed, BM25 only");
         }
-        Ok(out)
+        off_executor(|| {
+            self.sync_index()?;
+            let trees = Trees::new(plans);
+            let question = corpus.question(pattern);
+            let found = corpus.search(
+                &trees,
+                &Search {
+                    question: &question,
+                    levels,
+                    within: None,
+                    limit: limit.saturating_mul(2).max(limit),
+                },
+                dense.as_mut(),
+            )?;
+            let mut out = Vec::new();
+            for (id, score) in found.hits {
+                if out.len() >= limit {
+                    break;
+                }
+                if let Some(n) = self.store.get_live(&id, now)? {
+                    out.push(GrepHit {
+                        id: n.id.to_hex(),
+                        scope: n.scope,
+                        level: n.level,
+                        score,
+                        citations: n.citations.len(),
+                        first_span: n.citations.first().cloned(),
+                        text: n.text,
+                    });
+                }
+            }
+            Ok(out)
+        })
     }
 }

@@ -11,7 +11,7 @@
 
 use super::read;
 use super::session::{Segment, Session, SubQueryRecord};
-use super::{ToolError, blocking, provenance_time};
+use super::{ToolError, provenance_time};
 use crate::engine::Engine;
 use crate::level::Level;
 use crate::model::prompts;
@@ -194,10 +194,13 @@ impl Primitives<'_> {
     }
 
     fn search(&self, pattern: &str, levels: &[Level], limit: usize) -> Result<Value, String> {
-        let hits = blocking(|| {
-            self.engine
-                .grep(&self.scopes, pattern, levels, limit, self.now)
-        })
+        let hits = crate::navigate::wait_for(self.engine.grep(
+            &self.scopes,
+            pattern,
+            levels,
+            limit,
+            self.now,
+        ))
         .map_err(|e| e.to_string())?;
         read::with_spans(self.engine, hits, self.now)
             .map(Value::from)

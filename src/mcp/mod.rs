@@ -328,7 +328,7 @@ impl Strata {
         self.admit(&mut a, true)?;
         let a = args(a)?;
         let now = crate::clock::unix_now();
-        answer(blocking(|| read::grep(&self.engine, a, now)))
+        answer(read::grep(&self.engine, a, now).await)
     }
 
     #[tool(

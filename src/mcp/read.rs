@@ -170,7 +170,7 @@ pub(crate) async fn query(
     Ok(v)
 }
 
-pub(crate) fn grep(engine: &Engine, a: Grep, now: u64) -> Result<Value, ToolError> {
+pub(crate) async fn grep(engine: &Engine, a: Grep, now: u64) -> Result<Value, ToolError> {
     if a.pattern.trim().is_empty() {
         return Err(ToolError::Invalid("pattern is empty".into()));
     }
@@ -179,8 +179,10 @@ pub(crate) fn grep(engine: &Engine, a: Grep, now: u64) -> Result<Value, ToolErro
         return Err(ToolError::Invalid(format!("limit must be 1 to {MAX_GREP}")));
     }
     let levels: Vec<Level> = a.levels.iter().map(|l| l.level()).collect();
-    let hits = engine.grep(&a.scopes, &a.pattern, &levels, limit, now)?;
-    let hits = with_spans(engine, hits, now)?;
+    let hits = engine
+        .grep(&a.scopes, &a.pattern, &levels, limit, now)
+        .await?;
+    let hits = super::blocking(|| with_spans(engine, hits, now))?;
     Ok(json!({
         "hits": hits,
         "provenance": {

@@ -117,6 +117,17 @@ pub struct Budgets {
 /// without stalling the runtime's other tasks: on a multi-threaded runtime the worker
 /// hands its tasks to another thread first (`block_in_place`); elsewhere (a current-thread
 /// runtime, no runtime) it runs inline.
+/// Waits for `f` from synchronous code that may run on a tokio thread (a script's
+/// primitive): inside `block_in_place` on a multi-threaded runtime, else on this thread.
+pub(crate) fn wait_for<F: std::future::Future>(f: F) -> F::Output {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| h.block_on(f))
+        }
+        _ => futures::executor::block_on(f),
+    }
+}
+
 pub(crate) fn off_executor<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

@@ -176,8 +176,8 @@ fn a_huge_document_is_ingested_whole() {
         pos = c.end;
     }
     assert_eq!(pos, text.len() as u64);
-    let hits = e
-        .grep(&[], "shipment 7919", &[strata::Level::Full], 3, T0)
-        .unwrap();
+    let hits =
+        futures::executor::block_on(e.grep(&[], "shipment 7919", &[strata::Level::Full], 3, T0))
+            .unwrap();
     assert!(!hits.is_empty());
 }

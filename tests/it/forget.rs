@@ -78,7 +78,7 @@ fn assert_forgotten(e: &Engine, scope: &str, source: &str) {
     }
     assert!(e.store().get_source(scope, source).unwrap().is_none());
     assert!(e.store().get_text(scope, source).unwrap().is_none());
-    let hits = e.grep(&[], MARKER, &[], 100, now).unwrap();
+    let hits = futures::executor::block_on(e.grep(&[], MARKER, &[], 100, now)).unwrap();
     assert!(hits.is_empty(), "the index still finds it: {hits:?}");
     assert_eq!(e.index().n_docs(), e.store().n_nodes() as u64);
     assert_eq!(e.store().n_pending_index(), 0);

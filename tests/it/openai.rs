@@ -744,15 +744,14 @@ fn nodes_made_during_an_outage_are_retried_when_the_model_is_back() {
             "The 2029 audit put the cost at $1.57 billion, far above the original estimate."
         );
         // The index serves the model's text, not the fallback's.
-        let hits = e
-            .grep(
-                &["d".into()],
-                "far above the original estimate",
-                &[Level::Detailed],
-                3,
-                T0,
-            )
-            .unwrap();
+        let hits = futures::executor::block_on(e.grep(
+            &["d".into()],
+            "far above the original estimate",
+            &[Level::Detailed],
+            3,
+            T0,
+        ))
+        .unwrap();
         assert_eq!(
             hits.first().map(|h| h.id.clone()),
             Some(c.detailed.to_hex())

@@ -314,7 +314,9 @@ fn a_changed_source_replaces_its_chunks() {
     assert_eq!(joined, text);
     let r = query(&rt, &e, "notes", "what is the monorail budget", T0 + 1);
     assert!(r.answer.contains("75 million"), "{}", r.answer);
-    let hits = e.grep(&[], "zeppelin", &[], 10, T0 + 1).unwrap();
+    let hits = rt
+        .block_on(e.grep(&[], "zeppelin", &[], 10, T0 + 1))
+        .unwrap();
     assert!(hits.is_empty(), "old text still found: {hits:?}");
     // gc removes the derived nodes of the old version.
     let g = e.gc(T0 + 2).unwrap();

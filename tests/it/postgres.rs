@@ -48,7 +48,9 @@ fn the_engine_answers_on_postgres_exactly_as_on_a_directory() {
             .block_on(e.context("debate", LevelChoice::Auto, 1500, T0, &NoProgress))
             .unwrap();
         let a = query(&rt, e, "debate", q, T0);
-        let g = e.grep(&[], "abolish slavery", &[], 5, T0).unwrap();
+        let g = rt
+            .block_on(e.grep(&[], "abolish slavery", &[], 5, T0))
+            .unwrap();
         let s = e.stats(T0).unwrap();
         outputs.push((
             w.text,

@@ -4,8 +4,8 @@
 //! browser half says it is skipped).
 
 use crate::support::*;
-use strata::trace::{self, Record};
 use strata::config::Strategy;
+use strata::trace::{self, Record};
 
 #[test]
 fn a_trace_reads_back_and_renders_the_tree_the_path_and_the_cited_spans() {

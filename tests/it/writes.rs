@@ -311,9 +311,9 @@ fn two_scopes_holding_the_same_file_keep_their_own_nodes() {
         rt().block_on(e.compress(scope, T0, &NoProgress)).unwrap();
     }
     for scope in ["one", "two"] {
-        let hits = e
-            .grep(&[scope.to_string()], "harbour levy", &[], 10, T0)
-            .unwrap();
+        let hits =
+            futures::executor::block_on(e.grep(&[scope.to_string()], "harbour levy", &[], 10, T0))
+                .unwrap();
         assert!(
             !hits.is_empty(),
             "{scope}: its chunk is found in its own scope"

@@ -243,8 +243,11 @@ impl Db {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(err)?;
             let hits = self
-                .engine
-                .grep(&scopes, &pattern, &levels, limit, unix_now())
+                .rt
+                .block_on(
+                    self.engine
+                        .grep(&scopes, &pattern, &levels, limit, unix_now()),
+                )
                 .map_err(err)?;
             json(&hits)
         })

@@ -259,8 +259,15 @@ pub(in crate::server) async fn stream(
     let chunks = blocking(move || {
         let matching: Option<HashSet<String>> = match &query {
             Some(q) if !q.trim().is_empty() => Some(
-                st.engine
-                    .grep(std::slice::from_ref(&context_id), q, &levels, 1000, now)?
+                // A blocking thread: it may wait for the (async) search.
+                tokio::runtime::Handle::current()
+                    .block_on(st.engine.grep(
+                        std::slice::from_ref(&context_id),
+                        q,
+                        &levels,
+                        1000,
+                        now,
+                    ))?
                     .into_iter()
                     .map(|h| h.id)
                     .collect(),
