@@ -162,7 +162,14 @@ fn run_command(
             level,
             limit,
             pattern,
-        } => grep(engine, rt, &scope, &level, limit, &pattern, now, json),
+        } => {
+            let levels = level
+                .iter()
+                .map(|l| l.parse::<Level>())
+                .collect::<strata::Result<Vec<_>>>()?;
+            let hits = rt.block_on(engine.grep(&scope, &pattern, &levels, limit, now))?;
+            print_grep(&hits, json)
+        }
         Cmd::Serve { addr } => serve(engine.clone(), rt, addr),
         Cmd::Mcp => mcp(engine.clone(), rt),
         Cmd::Stats => stats(engine, now, json),
@@ -498,26 +505,13 @@ fn trace(engine: &Engine, file: &std::path::Path, out: Option<std::path::PathBuf
     Ok(())
 }
 
-/// `strata grep`: BM25 hits over the levels.
-fn grep(
-    engine: &Engine,
-    rt: &tokio::runtime::Runtime,
-    scopes: &[String],
-    levels: &[String],
-    limit: usize,
-    pattern: &str,
-    now: u64,
-    json: bool,
-) -> Result<()> {
-    let levels = levels
-        .iter()
-        .map(|l| l.parse::<Level>())
-        .collect::<strata::Result<Vec<_>>>()?;
-    let hits = rt.block_on(engine.grep(scopes, pattern, &levels, limit, now))?;
+/// `strata grep`: the hits over the levels (BM25, fused with the dense ranking when an
+/// embedder is configured).
+fn print_grep(hits: &[strata::GrepHit], json: bool) -> Result<()> {
     if json {
         return print_json(&hits);
     }
-    for h in &hits {
+    for h in hits {
         let span = h
             .first_span
             .as_ref()
