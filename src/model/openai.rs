@@ -102,6 +102,9 @@ fn retry_after(ms: Option<&str>, secs: Option<&str>) -> Option<Duration> {
 /// errors carrying `Retry-After` (async-openai's own retries are not used: the shared
 /// [`Limiter`] retries).
 fn client(base_url: &str, api_key: Option<&str>) -> Client<OpenAIConfig> {
+    // The process's TLS crypto: rustls's `ring` provider, unless one is installed already
+    // (an embedding program's own choice stands).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = OpenAIConfig::new()
         .with_api_base(base_url.trim_end_matches('/'))
         .with_api_key(api_key.unwrap_or_default());
