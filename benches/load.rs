@@ -106,7 +106,7 @@ fn main() {
         for c in 0..clients {
             let base = bases[c % bases.len()].clone();
             tasks.push(tokio::spawn(async move {
-                let http = reqwest::Client::new();
+                let http = http_client();
                 let (mut append, mut context, mut query) =
                     (Samples::default(), Samples::default(), Samples::default());
                 let mut i = 0u64;
@@ -168,7 +168,7 @@ fn main() {
                 slot.errors += s.errors;
             }
         }
-        let http = reqwest::Client::new();
+        let http = http_client();
         let mut built = Vec::new();
         for (base, (stop_tx, server)) in bases.iter().zip(servers) {
             let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
@@ -202,4 +202,11 @@ fn main() {
         std::fs::write(file, serde_json::to_string_pretty(&out).unwrap()).unwrap();
         assert_eq!(errors, 0, "the load run had errors");
     });
+}
+
+/// An HTTP client: reqwest's TLS is rustls without a built-in crypto provider (strata
+/// installs ring before it makes a client), so the provider is installed first.
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
 }

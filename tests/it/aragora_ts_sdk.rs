@@ -546,7 +546,7 @@ async fn every_rlm_request_of_the_typescript_sdk_answers_its_declared_type() {
     let dir = tempfile::tempdir().unwrap();
     let s = Served::start(dir.path(), "", &[]);
     let base = format!("http://{}", s.addr);
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     // The debate the debates.ts calls read, appended with strata's own route.
     for t in debate_turns() {
         let (code, v) = send(
@@ -645,7 +645,7 @@ token = "team"
 scopes = ["team-*"]
 access = "write"
 "#;
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     let s = Served::start(dir.path(), config, &[]);
     let base = format!("http://{}", s.addr);
     let body =
@@ -712,7 +712,7 @@ async fn bodiless_posts_are_refused_as_aragora_refuses_them() {
     let dir = tempfile::tempdir().unwrap();
     let s = Served::start(dir.path(), "", &[]);
     let base = format!("http://{}", s.addr);
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     for path in [
         "/api/v1/rlm/compress",
         "/api/v1/rlm/query",

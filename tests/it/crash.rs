@@ -1047,7 +1047,7 @@ async fn client(
     acked_so_far: Arc<AtomicU64>,
 ) -> ClientLog {
     let mut rng = ChaCha8Rng::seed_from_u64(nonce ^ ci as u64);
-    let http = reqwest::Client::builder()
+    let http = crate::support::http_client_builder()
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(30))
         .build()

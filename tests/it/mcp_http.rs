@@ -39,7 +39,7 @@ struct Answer {
 impl Client {
     fn new(served: &Served, token: Option<&'static str>) -> Client {
         Client {
-            http: reqwest::Client::new(),
+            http: crate::support::http_client(),
             url: format!("http://{}/mcp", served.addr),
             token,
             session: None,
@@ -140,7 +140,7 @@ impl Client {
 
 /// REST on the same server: a document into `scope`, built.
 async fn ingest(served: &Served, scope: &str, source: &str, text: &str) {
-    let http = reqwest::Client::new();
+    let http = crate::support::http_client();
     let base = format!("http://{}", served.addr);
     let r = http
         .post(format!("{base}/api/v1/documents"))
@@ -191,7 +191,7 @@ async fn mcp_over_http_shares_the_store_and_the_tokens_of_the_rest_api() {
     let a = c.post(&init, &[("origin", "http://evil.example")]).await;
     assert_eq!(a.status, 403, "{}", a.body);
     // A body that does not say JSON: 415, unread.
-    let r = reqwest::Client::new()
+    let r = crate::support::http_client()
         .post(format!("http://{}/mcp", served.addr))
         .bearer_auth("admin")
         .header("content-type", "text/plain")
@@ -301,7 +301,7 @@ async fn mcp_over_http_shares_the_store_and_the_tokens_of_the_rest_api() {
         .await
         .unwrap();
     assert_eq!(f["scope_removed"], true, "{f}");
-    let r = reqwest::Client::new()
+    let r = crate::support::http_client()
         .get(format!(
             "http://{}/api/v1/rlm/context/team-b-docs",
             served.addr

@@ -208,7 +208,7 @@ async fn client(
     stop: Arc<AtomicBool>,
     acked_so_far: Arc<watch::Sender<usize>>,
 ) -> Log {
-    let http = reqwest::Client::builder()
+    let http = crate::support::http_client_builder()
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -269,7 +269,7 @@ async fn get(base: &str, path: &str) -> Value {
 }
 
 async fn post(base: &str, path: &str, body: Value) -> Value {
-    let r = reqwest::Client::new()
+    let r = crate::support::http_client()
         .post(format!("{base}{path}"))
         .json(&body)
         .send()

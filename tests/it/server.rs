@@ -294,7 +294,7 @@ async fn auth_protects_the_api_but_not_health() {
     cfg.server.token = "s3cret".into();
     cfg.server.metrics_public = false;
     let s = Server::start(dir.path(), cfg).await;
-    let anon = reqwest::Client::new();
+    let anon = crate::support::http_client();
     let url = |p: &str| format!("{}{p}", s.base);
     assert_eq!(
         anon.get(url("/healthz")).send().await.unwrap().status(),

@@ -288,7 +288,7 @@ impl Server {
             base,
             stop: Some(tx),
             handle: Some(handle),
-            http: reqwest::Client::new(),
+            http: http_client(),
             token,
         }
     }
@@ -609,4 +609,16 @@ pub fn wait_exit(
         Ok(Ok(Some((_, st)))) => Some(std::process::ExitStatus::from_raw(st.as_raw())),
         _ => None,
     }
+}
+
+/// An HTTP client for the tests' servers. reqwest's TLS is rustls without a built-in
+/// crypto provider (strata's choice: ring, installed before a client is made), so the
+/// provider is installed here first, as strata does.
+pub fn http_client() -> reqwest::Client {
+    http_client_builder().build().expect("an HTTP client")
+}
+
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
 }
