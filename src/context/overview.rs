@@ -29,15 +29,68 @@ const REDUNDANCY: f64 = 0.7;
 
 struct Sent {
     chunk: usize,
+    /// Its place among its chunk's sentences ([`Analysed`]).
+    k: usize,
     start: usize,
     end: usize,
     /// Bytes, for ordering before the exact count.
     approx_tokens: f64,
     score: f64,
-    bag: std::collections::BTreeMap<String, u32>,
-    /// Its exact token count, counted once (the ranking is shared by every window of
-    /// the same chunks).
-    tokens: std::sync::OnceLock<usize>,
+    bag: salience::Bag,
+}
+
+/// What one FULL chunk's sentences are, independent of the rest of the scope: computed
+/// once per chunk (a FULL chunk is immutable and content-addressed) and shared by every
+/// ranking of a scope that holds it — an appended turn analyses only itself.
+struct Analysed {
+    /// Trimmed spans in the chunk's text; empty sentences left out.
+    spans: Vec<(usize, usize)>,
+    counts: Vec<std::collections::BTreeMap<String, u32>>,
+    facts: Vec<text::Facts>,
+    /// Exact token counts, counted when first needed.
+    tokens: Vec<std::sync::OnceLock<usize>>,
+}
+
+/// Chunks analysed, by FULL node id; emptied when it holds more than [`ANALYSED_KEPT`]
+/// (and by a forget).
+static ANALYSED: std::sync::LazyLock<std::sync::Mutex<HashMap<NodeId, std::sync::Arc<Analysed>>>> =
+    std::sync::LazyLock::new(Default::default);
+const ANALYSED_KEPT: usize = 200_000;
+
+fn analyse(t: &str) -> Analysed {
+    let mut a = Analysed {
+        spans: Vec::new(),
+        counts: Vec::new(),
+        facts: Vec::new(),
+        tokens: Vec::new(),
+    };
+    for sp in text::sentences(t) {
+        let raw = &t[sp.start..sp.end];
+        let lead = raw.len() - raw.trim_start().len();
+        let trimmed = raw.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        a.spans
+            .push((sp.start + lead, sp.start + lead + trimmed.len()));
+        a.counts.push(text::term_counts(trimmed));
+        a.facts.push(text::facts(trimmed));
+        a.tokens.push(std::sync::OnceLock::new());
+    }
+    a
+}
+
+fn analysed(id: NodeId, t: &str) -> std::sync::Arc<Analysed> {
+    if let Some(a) = ANALYSED.lock().expect("analysed cache").get(&id) {
+        return a.clone();
+    }
+    let a = std::sync::Arc::new(analyse(t));
+    let mut cache = ANALYSED.lock().expect("analysed cache");
+    if cache.len() >= ANALYSED_KEPT {
+        cache.clear();
+    }
+    cache.insert(id, a.clone());
+    a
 }
 
 /// A heap entry: lazy greedy (values only fall as more is chosen).
@@ -73,6 +126,7 @@ impl Ord for Entry {
 /// changes its FULL chunks with every change) and kept for the next windows of it.
 struct Ranked {
     texts: Vec<String>,
+    chunks: Vec<std::sync::Arc<Analysed>>,
     sents: Vec<Sent>,
     /// The statistics' unit of each sentence (repeats share one).
     unit_of: Vec<usize>,
@@ -87,6 +141,7 @@ const RANKED_KEPT: usize = 8;
 /// Drops every scope's ranked sentences (a forget: none may outlive its text).
 pub(crate) fn forget_cached() {
     RANKED.lock().expect("ranked cache").clear();
+    ANALYSED.lock().expect("analysed cache").clear();
 }
 
 fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
@@ -110,23 +165,23 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     for n in nodes {
         texts.push(n.map(|n| n.text).unwrap_or_default());
     }
+    let chunks: Vec<std::sync::Arc<Analysed>> = texts
+        .iter()
+        .zip(&ids)
+        .map(|(t, id)| analysed(*id, t))
+        .collect();
     let mut sents: Vec<Sent> = Vec::new();
-    for (ci, t) in texts.iter().enumerate() {
-        for sp in text::sentences(t) {
-            let raw = &t[sp.start..sp.end];
-            let lead = raw.len() - raw.trim_start().len();
-            let trimmed = raw.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
+    let mut terms = salience::TermIds::default();
+    for (ci, a) in chunks.iter().enumerate() {
+        for (k, &(start, end)) in a.spans.iter().enumerate() {
             sents.push(Sent {
                 chunk: ci,
-                start: sp.start + lead,
-                end: sp.start + lead + trimmed.len(),
-                approx_tokens: (trimmed.len() as f64 / 4.0).max(1.0),
+                k,
+                start,
+                end,
+                approx_tokens: ((end - start) as f64 / 4.0).max(1.0),
                 score: 0.0,
-                bag: text::term_counts(trimmed),
-                tokens: std::sync::OnceLock::new(),
+                bag: terms.bag(&a.counts[k]),
             });
         }
     }
@@ -136,6 +191,8 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     let scores: Vec<f64> = {
         let mut first: HashMap<&str, usize> = HashMap::new();
         let mut units: Vec<salience::Unit<'_>> = Vec::new();
+        let mut counts = Vec::new();
+        let mut facts = Vec::new();
         for s in &sents {
             let t = &texts[s.chunk][s.start..s.end];
             let u = *first.entry(t).or_insert_with(|| {
@@ -146,11 +203,13 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
                         ScopeKind::Doc => s.chunk,
                     },
                 });
+                counts.push(&chunks[s.chunk].counts[s.k]);
+                facts.push(&chunks[s.chunk].facts[s.k]);
                 units.len() - 1
             });
             unit_of.push(u);
         }
-        salience::features(&units)
+        salience::features_of(&units, &counts, &facts)
             .iter()
             .map(salience::Features::score)
             .collect()
@@ -160,6 +219,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     }
     let r = std::sync::Arc::new(Ranked {
         texts,
+        chunks,
         sents,
         unit_of,
         units: scores.len(),
@@ -194,6 +254,7 @@ pub(super) fn salient(
     let ranked = ranked(corpus, plan)?;
     let Ranked {
         texts,
+        chunks,
         sents,
         unit_of,
         units,
@@ -232,7 +293,7 @@ pub(super) fn salient(
             // Stale: re-score against what is chosen now and put it back.
             let red = picked[e.round..]
                 .iter()
-                .map(|&p| salience::similarity(&sents[p].bag, &s.bag))
+                .map(|&p| sents[p].bag.cosine(&s.bag))
                 .fold(e.red, f64::max);
             if s.score - REDUNDANCY * red <= 0.0 {
                 continue;
@@ -249,7 +310,7 @@ pub(super) fn salient(
             (Some(l), false) => token::count(l) + 2,
             _ => 1,
         };
-        let c = *s.tokens.get_or_init(|| token::count(text_of(s))) + label_cost;
+        let c = *chunks[s.chunk].tokens[s.k].get_or_init(|| token::count(text_of(s))) + label_cost;
         if used + c > limit {
             continue;
         }

@@ -131,15 +131,30 @@ const ITERATIONS: usize = 40;
 
 /// The features of every unit, in order.
 pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
+    let bags: Vec<BTreeMap<String, u32>> = units.iter().map(|u| term_counts(u.text)).collect();
+    let found: Vec<super::Facts> = units.iter().map(|u| facts(u.text)).collect();
+    features_of(
+        units,
+        &bags.iter().collect::<Vec<_>>(),
+        &found.iter().collect::<Vec<_>>(),
+    )
+}
+
+/// [`features`] of units whose content-word counts ([`term_counts`]) and facts
+/// ([`facts`]) are known already (a caller that keeps them per chunk).
+pub(crate) fn features_of(
+    units: &[Unit<'_>],
+    bags: &[&BTreeMap<String, u32>],
+    found: &[&super::Facts],
+) -> Vec<Features> {
     let n = units.len();
     if n == 0 {
         return Vec::new();
     }
-    let bags: Vec<BTreeMap<String, u32>> = units.iter().map(|u| term_counts(u.text)).collect();
     // Sentence and passage frequencies.
     let mut df: HashMap<&str, u32> = HashMap::new();
     let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (u, b) in units.iter().zip(&bags) {
+    for (u, b) in units.iter().zip(bags) {
         for t in b.keys() {
             *df.entry(t).or_insert(0) += 1;
             let ps = pf.entry(t).or_default();
@@ -173,7 +188,6 @@ pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
         .collect();
     let info = scale_to_mean_one(mass);
     let thin_rel: Vec<bool> = info.iter().map(|&m| m < THIN).collect();
-    let found: Vec<super::Facts> = units.iter().map(|u| facts(u.text)).collect();
     let figures: Vec<bool> = found
         .iter()
         .map(|f| !f.numbers.is_empty() || !f.dates.is_empty())
@@ -207,7 +221,7 @@ pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
     let mean_all = all.iter().sum::<f64>() / n as f64;
     units
         .iter()
-        .zip(&bags)
+        .zip(bags)
         .zip(centrality)
         .zip(info)
         .zip(shared)
@@ -353,6 +367,61 @@ pub(crate) fn similarity(a: &BTreeMap<String, u32>, b: &BTreeMap<String, u32>) -
     dot / (na * nb)
 }
 
+/// Term ids for [`Bag`]s: each distinct content word gets the next number.
+#[derive(Default)]
+pub(crate) struct TermIds(HashMap<String, u32>);
+
+impl TermIds {
+    /// `counts` (a text's content-word counts, [`super::term_counts`]) as a [`Bag`].
+    pub(crate) fn bag(&mut self, counts: &BTreeMap<String, u32>) -> Bag {
+        let mut terms: Vec<(u32, u32)> = counts
+            .iter()
+            .map(|(t, &n)| {
+                let next = self.0.len() as u32;
+                (*self.0.entry(t.clone()).or_insert(next), n)
+            })
+            .collect();
+        terms.sort_unstable_by_key(|&(id, _)| id);
+        let norm = terms
+            .iter()
+            .map(|&(_, n)| (n as f64).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        Bag { terms, norm }
+    }
+}
+
+/// A text's content-word counts by term id ([`TermIds`]), sorted, with their norm: the
+/// cosine [`similarity`] of two texts as a merge of two sorted lists, no string compared.
+pub(crate) struct Bag {
+    terms: Vec<(u32, u32)>,
+    norm: f64,
+}
+
+impl Bag {
+    /// The cosine similarity of the two texts' counts (what [`similarity`] gives for the
+    /// same counts, up to rounding).
+    pub(crate) fn cosine(&self, o: &Bag) -> f64 {
+        let (a, b) = (&self.terms, &o.terms);
+        let (mut i, mut j, mut dot) = (0, 0, 0.0);
+        while i < a.len() && j < b.len() {
+            match a[i].0.cmp(&b[j].0) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    dot += a[i].1 as f64 * b[j].1 as f64;
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        if dot == 0.0 {
+            return 0.0;
+        }
+        dot / (self.norm * o.norm)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,5 +498,27 @@ mod tests {
         let u = units(&[("A b c d e.", 0), ("C d e f g.", 1), ("X y z.", 1)]);
         assert_eq!(features(&u), features(&u));
         assert!(features(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_bag_gives_the_cosine_similarity_of_the_counts() {
+        let texts = [
+            "The tram line costs 240 million and the tram opens in 2031.",
+            "Buses cost less than the tram line: 35 million.",
+            "The harbour was dredged in 1998.",
+            "",
+        ];
+        let mut ids = TermIds::default();
+        let counts: Vec<_> = texts.iter().map(|t| term_counts(t)).collect();
+        let bags: Vec<Bag> = counts.iter().map(|c| ids.bag(c)).collect();
+        for i in 0..texts.len() {
+            for j in 0..texts.len() {
+                let want = similarity(&counts[i], &counts[j]);
+                let got = bags[i].cosine(&bags[j]);
+                assert!((want - got).abs() < 1e-12, "{i} {j}: {want} vs {got}");
+            }
+        }
+        assert!(bags[0].cosine(&bags[1]) > 0.0);
+        assert_eq!(bags[0].cosine(&bags[2]), 0.0);
     }
 }
