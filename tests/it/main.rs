@@ -24,6 +24,7 @@ mod props;
 mod readonly;
 mod reduce;
 mod replicas;
+mod routes;
 mod script;
 mod security_http;
 mod security_ingest;
