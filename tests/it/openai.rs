@@ -989,6 +989,27 @@ fn llm_navigator_descends_greps_peeks_and_cites_exact_spans() {
     assert_eq!(mock.requests(Kind::Action), 4);
     // The working set narrowed: the abstract, 2 groups, then grep hits.
     assert!(r.iterations >= 3 && r.tokens_processed > 0);
+    // The LLM policy's whole trajectory against this scripted root.
+    let render = |r: &QueryResult| stable(&render(r), dir.path());
+    expect_test::expect![[r#"
+        policy: root model openai:mock-root, prompts nav-v3
+        intent: entity "Eastgate", attribute "households without a car", output number, keywords Eastgate, car, households
+        peek: 1 abstract node(s), 22 tokens
+        descend: 1 node(s) → 2 child node(s)
+        rank: 2 node(s) by "What share of Eastgate households do not own a car? Eastgate car households": 1 hit(s)
+        grep: "Eastgate households car" at full within the working set: 2 hit(s)
+        peek: 2 full node(s), 77 tokens
+        check: offline evidence: 1 citation(s), confidence 0.77, 72 % of the question's term weight, gives a number
+        check: answer: 72 % of the question's term weight, gives a number; cites what the offline policy cites: accepted
+        finish-llm: 1 verified citation(s)
+        finish: 1 citation(s), confidence 0.90, ready true
+        | iteration 1: descend into 1 node(s): working set 2
+        | iteration 2: grep "Eastgate households car" at full: working set 2
+        | iteration 3: peek 2 node(s): working set 2
+        | answer (confidence 0.90): 41% of Eastgate households have no car
+        = confidence 0.90, ready true, 1 citation(s)
+        [41..141) <dir>/debate.jsonl#1 (round 1, alice): "In Eastgate 41% of households do not own a car, and buses there take 52 minutes to reach the centre."
+    "#]].assert_eq(&render(&r));
 }
 
 /// A query's strategy is the LLM navigator's first step: `grep` searches the FULL nodes,
@@ -1764,6 +1785,27 @@ fn code_mode_runs_one_program_per_iteration_and_cites_exact_spans() {
     assert_eq!(r.usage.invalid_outputs, 1);
     assert!(!r.max_iterations_reached && r.limit_hit.is_none(), "{r:#?}");
     assert_eq!(r.outcome, "answered within its budgets");
+    // Code mode's whole trajectory against these two programs.
+    let render = |r: &QueryResult| stable(&render(r), dir.path());
+    expect_test::expect![[r#"
+        policy: code mode: root model openai:mock-root, prompts nav-v3
+        peek: 1 abstract node(s), 22 tokens
+        grep: "Eastgate households car" at full within the working set: 2 hit(s)
+        program: 20 operation(s), 1 primitive call(s), <ms, KiB>: 3 selected, 0 extracted, confidence 0.20, stop false
+        invalid: selected ids outside the working set ignored: n999
+        llm_batch: program: 2 sub-call(s), 0 failed
+        peek: program: n2 [full], 46 tokens
+        peek: program: n3 [full], 31 tokens
+        program: 107 operation(s), 4 primitive call(s), <ms, KiB>: 1 selected, 1 extracted, confidence 0.90, stop true
+        check: offline evidence: 1 citation(s), confidence 0.77, 72 % of the question's term weight, gives a number
+        check: answer: 72 % of the question's term weight, gives a number; cites what the offline policy cites: accepted
+        finish-llm: 1 verified citation(s)
+        finish: 1 citation(s), confidence 0.90, ready true
+        | iteration 1: program: 3 node(s) selected, 0 quote(s) extracted: working set 2
+        | answer (confidence 0.90): 41% of Eastgate households have no car
+        = confidence 0.90, ready true, 1 citation(s)
+        [41..141) <dir>/debate.jsonl#1 (round 1, alice): "In Eastgate 41% of households do not own a car, and buses there take 52 minutes to reach the centre."
+    "#]].assert_eq(&render(&r));
 }
 
 #[test]
@@ -2139,6 +2181,25 @@ fn real_model_end_to_end() {
         eprintln!("  {}: {}", s.action, s.detail);
     }
     assert!(!q.citations.is_empty(), "{q:#?}");
+}
+
+/// A rendered trajectory without what differs between runs: the temp directory, a
+/// program's wall time and memory.
+fn stable(s: &str, dir: &std::path::Path) -> String {
+    let s = s.replace(&dir.display().to_string(), "<dir>");
+    let mut out = String::with_capacity(s.len());
+    for line in s.lines() {
+        match (line.find(" primitive call(s), "), line.find(" KiB at most")) {
+            (Some(a), Some(b)) if a < b => {
+                out.push_str(&line[..a]);
+                out.push_str(" primitive call(s), <ms, KiB>");
+                out.push_str(&line[b + " KiB at most".len()..]);
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 // ---------------------------------------------------------------- SubModel conformance
