@@ -15,6 +15,7 @@
 //!   or text is gone is dropped from its scope, so that ingesting it again adds it back
 //!   (instead of finding it "unchanged"). The caller then rebuilds the index from the store.
 
+use super::SledResult as _;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -192,7 +193,7 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
             path.display(),
             dir.join("damaged").display()
         )),
-        e => Error::from(e),
+        e => super::sled_error(e),
     })?;
     report.actions.extend(actions);
     let (db, unreadable) = scan(db, &mut report)?;
@@ -230,7 +231,7 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
             aside.display()
         ));
         report.salvaged = true;
-        let (db, again) = open_db(&path, sled::Config::new)?;
+        let (db, again) = open_db(&path, sled::Config::new).db()?;
         report.actions.extend(again);
         let (db, still) = scan(db, &mut report)?;
         if !still.is_empty() {
@@ -264,7 +265,7 @@ fn scan(db: sled::Db, report: &mut RepairReport) -> Result<(sled::Db, Vec<String
     report.trees = 0;
     report.entries = 0;
     for name in db.tree_names() {
-        let tree = db.open_tree(&name)?;
+        let tree = db.open_tree(&name).db()?;
         report.trees += 1;
         for item in tree.iter() {
             match item {
@@ -290,10 +291,10 @@ fn salvage(db: &sled::Db, to: &Path) -> Result<(sled::Db, u64)> {
             err,
         })?;
     }
-    let new = sled::Config::new().path(to).create_new(true).open()?;
+    let new = sled::Config::new().path(to).create_new(true).open().db()?;
     let mut copied = 0;
     for name in db.tree_names() {
-        let (src, dst) = (db.open_tree(&name)?, new.open_tree(&name)?);
+        let (src, dst) = (db.open_tree(&name).db()?, new.open_tree(&name).db()?);
         let mut last: Option<sled::IVec> = None;
         let mut gap = false;
         for item in src.iter() {
@@ -301,7 +302,7 @@ fn salvage(db: &sled::Db, to: &Path) -> Result<(sled::Db, u64)> {
                 gap = true;
                 break;
             };
-            dst.insert(&k, v)?;
+            dst.insert(&k, v).db()?;
             copied += 1;
             last = Some(k);
         }
@@ -311,18 +312,18 @@ fn salvage(db: &sled::Db, to: &Path) -> Result<(sled::Db, u64)> {
                 if last.as_ref().is_some_and(|l| k <= *l) {
                     break;
                 }
-                dst.insert(&k, v)?;
+                dst.insert(&k, v).db()?;
                 copied += 1;
             }
         }
     }
     // Job ids come from sled's id generator: carry it past every id already used.
-    let jobs = new.open_tree("jobs")?;
-    if let Some((k, _)) = jobs.last()? {
+    let jobs = new.open_tree("jobs").db()?;
+    if let Some((k, _)) = jobs.last().db()? {
         let max = k.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0);
-        while new.generate_id()? + 1 < max {}
+        while new.generate_id().db()? + 1 < max {}
     }
-    new.flush()?;
+    new.flush().db()?;
     Ok((new, copied))
 }
 
