@@ -30,13 +30,14 @@
 // (`crate::level`, `strata::config`), with the visibility they had as modules of this crate.
 pub use strata_core::{chunk, config, node, time, token};
 pub(crate) use strata_core::{clock, error, id, level, progress, text};
+// The store (layers 4-5) is the strata-store crate, re-exported the same way.
+pub use strata_store::{disk, repair, store};
 
 pub mod access;
 mod build;
 mod built;
 mod context;
 mod corpus;
-pub mod disk;
 mod engine;
 #[cfg(feature = "eval")]
 pub mod eval;
@@ -53,8 +54,6 @@ pub mod replica;
 pub mod script;
 pub mod server;
 pub mod source;
-pub mod store;
-pub use store::sled::repair;
 pub mod trace;
 
 pub use build::{BuildFailure, BuildReport};

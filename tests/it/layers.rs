@@ -25,6 +25,7 @@ fn root() -> PathBuf {
 /// the highest layer its modules may be in.
 const CRATES: &[(&str, &str, usize)] = &[
     ("strata-core", "crates/strata-core", 3),
+    ("strata-store", "crates/strata-store", 5),
     ("strata", ".", usize::MAX),
 ];
 
