@@ -77,7 +77,7 @@ pub fn spawn_sweeper(
                         None => std::future::pending::<()>().await,
                     }
                 } => {}
-                _ = store.expiry_changed.notified() => {}
+                _ = store.expiry_changed() => {}
                 _ = stop.notified() => break,
             }
         }

@@ -26,44 +26,37 @@
 
 #![warn(unreachable_pub)]
 
+// The vocabulary (layers 1-3) is the strata-core crate; its modules keep their names here
+// (`crate::level`, `strata::config`), with the visibility they had as modules of this crate.
+pub use strata_core::{chunk, config, node, time, token};
+pub(crate) use strata_core::{clock, error, id, level, progress, text};
+// The store (layers 4-5) is the strata-store crate, re-exported the same way.
+pub use strata_store::{disk, repair, store};
+
 pub mod access;
 mod build;
 mod built;
-pub mod chunk;
-mod clock;
-pub mod config;
 mod context;
 mod corpus;
-pub mod disk;
 mod engine;
-mod error;
 #[cfg(feature = "eval")]
 pub mod eval;
 pub mod expire;
 #[doc(hidden)]
 pub mod fail;
 mod hybrid;
-mod id;
 mod index;
 mod jobs;
-mod level;
 pub mod mcp;
 mod metrics;
 pub mod model;
 mod navigate;
-pub mod node;
 pub mod plan;
-mod progress;
 pub mod replica;
 pub mod script;
 pub mod server;
 pub mod service;
 pub mod source;
-pub mod store;
-pub use store::sled::repair;
-mod text;
-pub mod time;
-pub mod token;
 pub mod trace;
 
 pub use build::{BuildFailure, BuildReport};

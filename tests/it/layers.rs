@@ -1,10 +1,15 @@
 //! The library's module layers, checked from its source: every `crate::…` and `super::…`
 //! path outside test code is an edge from the module that writes it to the module it
-//! names. Two rules (docs/ARCHITECTURE.md, "Layers"):
+//! names. The modules live in the workspace's layered crates ([`CRATES`]); the `strata`
+//! crate re-exports each lower crate's modules under their own names, so a module has one
+//! path (`crate::level`) whichever crate holds it. Three rules (docs/ARCHITECTURE.md,
+//! "Layers"):
 //! - among top-level modules, a module uses only modules of a lower layer, as listed in the
 //!   `layers` block of docs/ARCHITECTURE.md (every module listed exactly once);
 //! - inside a directory module, its children form no import cycle (a child using its
-//!   parent's own items is not an edge).
+//!   parent's own items is not an edge);
+//! - a crate holds only modules of its layers, and depends on no crate above it (the
+//!   compiler then refuses any import that goes up across crates).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,6 +19,22 @@ type ModPath = Vec<String>;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The layered crates, lowest first: package name, directory (from the workspace root), and
+/// the highest layer its modules may be in.
+const CRATES: &[(&str, &str, usize)] = &[
+    ("strata-core", "crates/strata-core", 3),
+    ("strata-store", "crates/strata-store", 5),
+    ("strata", ".", usize::MAX),
+];
+
+/// The `src` directory of each layered crate, lowest first.
+fn crate_srcs() -> Vec<PathBuf> {
+    CRATES
+        .iter()
+        .map(|(_, dir, _)| root().join(dir).join("src"))
+        .collect()
 }
 
 /// The `layers` block: one line per layer, lowest first, `N module module …`.
@@ -133,7 +154,14 @@ fn is_ident(c: char) -> bool {
 fn paths(code: &str, here: &ModPath) -> Vec<ModPath> {
     let mut out = Vec::new();
     let text = code;
-    for (start, base) in [("crate::", 0usize), ("super::", 1)] {
+    // A lower crate's module named through the crate (`strata_core::level`) is the module.
+    let starts = [
+        ("crate::", 0usize),
+        ("super::", 1),
+        ("strata_core::", 0),
+        ("strata_store::", 0),
+    ];
+    for (start, base) in starts {
         let mut from = 0;
         while let Some(k) = text[from..].find(start) {
             let at = from + k;
@@ -205,28 +233,40 @@ struct Graph {
     modules: BTreeSet<String>,
 }
 
-fn graph() -> Graph {
-    let src = root().join("src");
-    let mut all = Vec::new();
-    files(&src, &Vec::new(), &mut all);
-    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
-    // Items the crate root re-exports (`pub use error::{Error, Result};`) → their module.
-    let mut reexport: BTreeMap<String, String> = BTreeMap::new();
-    for line in lib.lines() {
-        if let Some(rest) = line.trim().strip_prefix("pub use ") {
-            let (module, items) = rest.split_once("::").unwrap_or((rest, ""));
-            for item in items
-                .trim_end_matches(';')
-                .trim_matches(|c| c == '{' || c == '}')
-                .split(',')
+/// Each top-level module → the `src` directory of the crate that holds it.
+fn homes() -> BTreeMap<String, PathBuf> {
+    let mut home = BTreeMap::new();
+    for src in crate_srcs() {
+        let mut all = Vec::new();
+        files(&src, &Vec::new(), &mut all);
+        for m in all.iter().filter_map(|(_, m)| m.first()) {
+            if let Some(other) = home.insert(m.clone(), src.clone())
+                && other != src
             {
-                let name = item.split("::").last().unwrap().trim();
-                let name = name.rsplit(" as ").next().unwrap().trim();
-                reexport.insert(name.to_string(), module.to_string());
+                panic!(
+                    "module {m} is in both {} and {}",
+                    other.display(),
+                    src.display()
+                );
             }
         }
     }
-    let modules: BTreeSet<String> = all.iter().filter_map(|(_, m)| m.first().cloned()).collect();
+    home
+}
+
+fn graph() -> Graph {
+    let mut all = Vec::new();
+    let mut reexport: BTreeMap<String, String> = BTreeMap::new();
+    for src in crate_srcs() {
+        let mut here = Vec::new();
+        files(&src, &Vec::new(), &mut here);
+        all.extend(here.into_iter().map(|(p, m)| (src.clone(), p, m)));
+        // Items a crate root re-exports (`pub use error::{Error, Result};`) → their module.
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        reexports(&lib, &mut reexport);
+    }
+    let homes = homes();
+    let modules: BTreeSet<String> = homes.keys().cloned().collect();
     let mut test_only: BTreeSet<ModPath> = BTreeSet::new();
     let mut g = Graph {
         top: BTreeMap::new(),
@@ -234,8 +274,8 @@ fn graph() -> Graph {
         modules: modules.clone(),
     };
     // Test-only modules are declared by their parent; read parents first.
-    all.sort_by_key(|(_, m)| m.len());
-    for (path, here) in &all {
+    all.sort_by_key(|(_, _, m)| m.len());
+    for (src, path, here) in &all {
         if test_only.iter().any(|t| here.starts_with(t)) {
             continue;
         }
@@ -272,7 +312,7 @@ fn graph() -> Graph {
                 let dir = here[..k].to_vec();
                 let from = here[k].clone();
                 let to = target[k].clone();
-                if is_child_module(&src, &dir, &to) {
+                if is_child_module(src, &dir, &to) {
                     g.inner
                         .entry(dir)
                         .or_default()
@@ -284,6 +324,27 @@ fn graph() -> Graph {
         }
     }
     g
+}
+
+/// The `pub use module::{Item, …};` lines of a crate root: each item → its module.
+fn reexports(lib: &str, reexport: &mut BTreeMap<String, String>) {
+    for line in lib.lines() {
+        if let Some(rest) = line.trim().strip_prefix("pub use ") {
+            let (module, items) = rest.split_once("::").unwrap_or((rest, ""));
+            if module.starts_with("strata_") {
+                continue; // a lower crate's modules, under their own names
+            }
+            for item in items
+                .trim_end_matches(';')
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+            {
+                let name = item.split("::").last().unwrap().trim();
+                let name = name.rsplit(" as ").next().unwrap().trim();
+                reexport.insert(name.to_string(), module.to_string());
+            }
+        }
+    }
 }
 
 fn is_child_module(src: &Path, dir: &[String], name: &str) -> bool {
@@ -370,6 +431,57 @@ fn every_module_uses_only_lower_layers() {
 }
 
 #[test]
+fn each_crate_holds_its_layers_and_depends_only_on_lower_crates() {
+    let layers = layers();
+    let homes = homes();
+    let mut wrong = Vec::new();
+    for (module, src) in &homes {
+        let (name, _, max) = CRATES
+            .iter()
+            .find(|(_, dir, _)| root().join(dir).join("src") == *src)
+            .unwrap();
+        if let Some(&layer) = layers.get(module)
+            && layer > *max
+        {
+            wrong.push(format!(
+                "{module} (layer {layer}) is in {name}, which holds layers 1–{max} only"
+            ));
+        }
+    }
+    for (rank, (name, dir, _)) in CRATES.iter().enumerate() {
+        let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
+        for dep in strata_dependencies(&manifest) {
+            let at = CRATES.iter().position(|(n, _, _)| *n == dep);
+            // The root package's dev-dependency on itself (with `eval`) is not an edge.
+            if dep != *name && at.is_none_or(|at| at >= rank) {
+                wrong.push(format!("{name} depends on {dep}, which is not below it"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The strata crates a manifest depends on, in any dependency table.
+fn strata_dependencies(manifest: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_deps = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line.trim_end_matches(']').ends_with("dependencies");
+            continue;
+        }
+        let key: String = line
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        if in_deps && (key == "strata" || key.starts_with("strata-")) {
+            out.push(key);
+        }
+    }
+    out
+}
+
+#[test]
 fn no_import_cycle_inside_a_directory_module() {
     let g = graph();
     for (dir, edges) in &g.inner {
@@ -386,7 +498,8 @@ fn the_checker_sees_paths_of_every_shape() {
                 use super::super::explore::Explorer;\n\
                 use super::cues::Cues;\n\
                 let x = crate::text::facts(t);\n\
-                let y = my_crate::thing;";
+                let y = my_crate::thing;\n\
+                let z = strata_core::level::Level::Full;";
     let got: Vec<String> = paths(code, &here).iter().map(|p| p.join("::")).collect();
     assert_eq!(
         got,
@@ -396,7 +509,15 @@ fn the_checker_sees_paths_of_every_shape() {
             "text::facts",
             "navigate::explore::Explorer",
             "navigate::offline::cues::Cues",
+            "level::Level::Full",
         ]
+    );
+    assert_eq!(
+        strata_dependencies(
+            "[dependencies]\nstrata-core.workspace = true\nserde = \"1\"\n\
+             [dev-dependencies]\nstrata = { path = \".\" }\n[features]\nstrata-x = []\n"
+        ),
+        ["strata-core", "strata"]
     );
     let (code, tests) = strip(
         "use crate::a;\n#[cfg(test)]\nmod tests {\n    use crate::engine::Engine;\n}\n\

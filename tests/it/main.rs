@@ -23,6 +23,7 @@ mod postgres;
 mod props;
 mod readonly;
 mod reduce;
+mod repair;
 mod replicas;
 mod routes;
 mod script;

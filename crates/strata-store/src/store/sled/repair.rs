@@ -15,6 +15,7 @@
 //!   or text is gone is dropped from its scope, so that ingesting it again adds it back
 //!   (instead of finding it "unchanged"). The caller then rebuilds the index from the store.
 
+use super::SledResult as _;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -192,7 +193,7 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
             path.display(),
             dir.join("damaged").display()
         )),
-        e => Error::from(e),
+        e => super::sled_error(e),
     })?;
     report.actions.extend(actions);
     let (db, unreadable) = scan(db, &mut report)?;
@@ -230,7 +231,7 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
             aside.display()
         ));
         report.salvaged = true;
-        let (db, again) = open_db(&path, sled::Config::new)?;
+        let (db, again) = open_db(&path, sled::Config::new).db()?;
         report.actions.extend(again);
         let (db, still) = scan(db, &mut report)?;
         if !still.is_empty() {
@@ -264,7 +265,7 @@ fn scan(db: sled::Db, report: &mut RepairReport) -> Result<(sled::Db, Vec<String
     report.trees = 0;
     report.entries = 0;
     for name in db.tree_names() {
-        let tree = db.open_tree(&name)?;
+        let tree = db.open_tree(&name).db()?;
         report.trees += 1;
         for item in tree.iter() {
             match item {
@@ -290,10 +291,10 @@ fn salvage(db: &sled::Db, to: &Path) -> Result<(sled::Db, u64)> {
             err,
         })?;
     }
-    let new = sled::Config::new().path(to).create_new(true).open()?;
+    let new = sled::Config::new().path(to).create_new(true).open().db()?;
     let mut copied = 0;
     for name in db.tree_names() {
-        let (src, dst) = (db.open_tree(&name)?, new.open_tree(&name)?);
+        let (src, dst) = (db.open_tree(&name).db()?, new.open_tree(&name).db()?);
         let mut last: Option<sled::IVec> = None;
         let mut gap = false;
         for item in src.iter() {
@@ -301,7 +302,7 @@ fn salvage(db: &sled::Db, to: &Path) -> Result<(sled::Db, u64)> {
                 gap = true;
                 break;
             };
-            dst.insert(&k, v)?;
+            dst.insert(&k, v).db()?;
             copied += 1;
             last = Some(k);
         }
@@ -311,18 +312,18 @@ fn salvage(db: &sled::Db, to: &Path) -> Result<(sled::Db, u64)> {
                 if last.as_ref().is_some_and(|l| k <= *l) {
                     break;
                 }
-                dst.insert(&k, v)?;
+                dst.insert(&k, v).db()?;
                 copied += 1;
             }
         }
     }
     // Job ids come from sled's id generator: carry it past every id already used.
-    let jobs = new.open_tree("jobs")?;
-    if let Some((k, _)) = jobs.last()? {
+    let jobs = new.open_tree("jobs").db()?;
+    if let Some((k, _)) = jobs.last().db()? {
         let max = k.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0);
-        while new.generate_id()? + 1 < max {}
+        while new.generate_id().db()? + 1 < max {}
     }
-    new.flush()?;
+    new.flush().db()?;
     Ok((new, copied))
 }
 
@@ -455,70 +456,7 @@ mod tests {
         assert!(actions[1].contains("snap.FFFFFFFFFFFFFFF0"), "{actions:?}");
     }
 
-    /// A lost blob file (sled keeps large pages in `blobs/`): the page is unreadable, the
-    /// rest is salvaged, and the sources that lost their text leave their scope.
-    #[test]
-    fn repair_salvages_a_store_with_a_lost_blob() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("strata");
-        let files: Vec<PathBuf> = (0..6)
-            .map(|i| {
-                let p = dir.path().join(format!("doc{i}.txt"));
-                let text = format!("Document {i} speaks of lanterns number {i}. ").repeat(6000);
-                std::fs::write(&p, text).unwrap();
-                p
-            })
-            .collect();
-        let cfg = Config::default();
-        let engine = crate::Engine::open(&db, cfg.clone()).unwrap();
-        engine.ingest_files("docs", None, &files, 1).unwrap();
-        drop(engine);
-        // Open once more so that sled's snapshot covers the whole log: the damage below is
-        // then met when reading, not while sled replays its log at open.
-        // sled's flusher thread lets go of the file lock a moment after the engine is
-        // dropped (as `SledBackend::open` waits for, so does this).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            match sled::Config::new().path(db.join("store")).open() {
-                Ok(d) => break drop(d),
-                Err(sled::Error::Io(e))
-                    if e.to_string().starts_with("could not acquire lock")
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        let blobs: Vec<PathBuf> = std::fs::read_dir(db.join("store/blobs"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        assert!(!blobs.is_empty(), "no value was large enough to be a blob");
-        // Some blobs are superseded versions sled has not collected yet: lose them all.
-        for b in &blobs {
-            std::fs::remove_file(b).unwrap();
-        }
-
-        let r = repair(&db, &cfg).unwrap();
-        assert!(r.salvaged, "{r:?}");
-        assert!(!r.unreadable_trees.is_empty(), "{r:?}");
-        assert!(db.join("damaged").read_dir().unwrap().next().is_some());
-        let store = Store::open(&db).unwrap();
-        let scope = store.get_scope("docs").unwrap().unwrap();
-        assert_eq!(
-            scope.sources.len() + r.dropped_sources.len(),
-            files.len(),
-            "{r:?}"
-        );
-        for s in &scope.sources {
-            assert!(store.get_text("docs", &s.id).unwrap().is_some(), "{}", s.id);
-        }
-        drop(store);
-        // Sound now: a second repair finds nothing to do.
-        let again = repair(&db, &cfg).unwrap();
-        assert!(again.actions.is_empty() && !again.salvaged, "{again:?}");
-    }
+    // A lost blob file: tests/it/repair.rs (it needs the engine to ingest).
 
     #[test]
     fn a_sound_store_is_left_alone() {

@@ -21,7 +21,7 @@ pub(crate) const MONTHS: &[&str] = &[
 
 /// The facts a sentence carries: numbers, dates and named entities, as they are written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Facts {
+pub struct Facts {
     pub numbers: Vec<String>,
     pub dates: Vec<String>,
     pub entities: Vec<String>,
@@ -35,7 +35,7 @@ impl Facts {
 
 /// Extracts numbers ("1,200", "38%", "$1.2"), dates ("March 2031", "1862") and named
 /// entities (runs of capitalised words not at the start of a sentence).
-pub(crate) fn facts(sentence: &str) -> Facts {
+pub fn facts(sentence: &str) -> Facts {
     let mut f = Facts::default();
     let words: Vec<(usize, &str)> = sentence.split_word_bound_indices().collect();
     let mut i = 0;

@@ -9,7 +9,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 /// A sled transaction's error as ours (no transaction of ours aborts on purpose).
 pub(super) fn txn_err(what: &str) -> impl FnOnce(TransactionError<()>) -> Error + '_ {
     move |e| match e {
-        TransactionError::Storage(e) => Error::from(e),
+        TransactionError::Storage(e) => super::sled_error(e),
         TransactionError::Abort(()) => Error::DataCorruption(format!("{what} aborted")),
     }
 }

@@ -91,7 +91,7 @@ impl FromStr for Level {
 /// the JSON output has always had.
 ///
 /// ```
-/// use strata::{Level, PerLevel};
+/// use strata_core::{Level, PerLevel};
 /// let counts: PerLevel<usize> = [Level::Detailed, Level::Summary, Level::Detailed]
 ///     .into_iter()
 ///     .collect();

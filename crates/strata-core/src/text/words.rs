@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use unicode_segmentation::UnicodeSegmentation;
 
 /// Common English function words: never keywords, never decide retrieval.
-pub(crate) fn is_stopword(w: &str) -> bool {
+pub fn is_stopword(w: &str) -> bool {
     const STOP: &[&str] = &[
         "a",
         "about",
@@ -170,7 +170,7 @@ pub(crate) fn is_stopword(w: &str) -> bool {
 }
 
 /// Lower-cased content words of `text` (no stop words, no single letters).
-pub(crate) fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
+pub fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.unicode_words().filter_map(|w| {
         let lw = w.to_lowercase();
         let digit = lw.chars().all(|c| c.is_ascii_digit());
@@ -184,7 +184,7 @@ pub(crate) fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
 
 /// Term frequencies of content words, in a fixed (sorted) order so that float sums over
 /// them are the same in every process.
-pub(crate) fn term_counts(text: &str) -> BTreeMap<String, u32> {
+pub fn term_counts(text: &str) -> BTreeMap<String, u32> {
     let mut m = BTreeMap::new();
     for w in content_words(text) {
         *m.entry(w).or_insert(0) += 1;

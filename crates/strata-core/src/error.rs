@@ -57,7 +57,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+    pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
     }
 }

@@ -53,24 +53,34 @@ use tx::{NodeTx, TxResult, txn_err};
 pub const LAYOUT: u8 = 3;
 
 /// sled's errors as ours: a full disk is its own error whichever write met it, damage
-/// points to `strata repair`, the rest is one line.
-impl From<sled::Error> for Error {
-    fn from(e: sled::Error) -> Self {
-        match &e {
-            sled::Error::Io(io) if crate::disk::is_full(io) => Error::DiskFull(
-                "the file system holding the store ran out of space during a write; \
-                 nothing acknowledged before it was lost: free some space and retry"
-                    .into(),
-            ),
-            sled::Error::Corruption { at, .. } => Error::DataCorruption(format!(
-                "sled cannot read part of the store{}; `strata repair` recovers what is readable",
-                at.as_ref()
-                    .map(|p| format!(" (at {p})"))
-                    .unwrap_or_default()
-            )),
-            sled::Error::Io(io) => Error::Store(io.to_string()),
-            e => Error::Store(e.to_string()),
-        }
+/// points to `strata repair`, the rest is one line. (A function, not `From`: `Error` is
+/// strata-core's and `sled::Error` sled's, so neither crate here may implement it.)
+pub(crate) fn sled_error(e: sled::Error) -> Error {
+    match &e {
+        sled::Error::Io(io) if crate::disk::is_full(io) => Error::DiskFull(
+            "the file system holding the store ran out of space during a write; \
+             nothing acknowledged before it was lost: free some space and retry"
+                .into(),
+        ),
+        sled::Error::Corruption { at, .. } => Error::DataCorruption(format!(
+            "sled cannot read part of the store{}; `strata repair` recovers what is readable",
+            at.as_ref()
+                .map(|p| format!(" (at {p})"))
+                .unwrap_or_default()
+        )),
+        sled::Error::Io(io) => Error::Store(io.to_string()),
+        e => Error::Store(e.to_string()),
+    }
+}
+
+/// `?` on a sled result: its error as ours ([`sled_error`]).
+pub(crate) trait SledResult<T> {
+    fn db(self) -> Result<T>;
+}
+
+impl<T> SledResult<T> for sled::Result<T> {
+    fn db(self) -> Result<T> {
+        self.map_err(sled_error)
     }
 }
 
@@ -96,7 +106,7 @@ impl SledBackend {
     fn embed_prefixes(&self) -> Result<Vec<EmbedKey>> {
         let mut out = Vec::new();
         let mut from = [0u8; 8];
-        while let Some((k, _)) = self.embeddings.range(&from[..]..).next().transpose()? {
+        while let Some((k, _)) = self.embeddings.range(&from[..]..).next().transpose().db()? {
             let prefix: [u8; 8] = k
                 .get(..8)
                 .and_then(|p| p.try_into().ok())
@@ -153,7 +163,7 @@ impl SledBackend {
                     }
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
-                Err(e) => return Err(Error::from(e)),
+                Err(e) => return Err(sled_error(e)),
             }
         };
         for action in repaired {
@@ -164,13 +174,13 @@ impl SledBackend {
 
     /// A store that lives in memory only (tests, benchmarks).
     pub fn temporary() -> Result<SledBackend> {
-        Self::from_db(sled::Config::new().temporary(true).open()?)
+        Self::from_db(sled::Config::new().temporary(true).open().db()?)
     }
 
     pub(crate) fn from_db(db: sled::Db) -> Result<SledBackend> {
-        let layout = match db.get("format")? {
+        let layout = match db.get("format").db()? {
             None => {
-                db.insert("format", &[LAYOUT])?;
+                db.insert("format", &[LAYOUT]).db()?;
                 LAYOUT
             }
             Some(v) if v.len() == 1 && v[0] <= LAYOUT => v[0],
@@ -182,25 +192,25 @@ impl SledBackend {
             }
         };
         let s = SledBackend {
-            nodes: db.open_tree("nodes")?,
-            expiry: db.open_tree("expiry")?,
-            deadlines: db.open_tree("deadlines")?,
-            sources: db.open_tree("sources")?,
-            texts: db.open_tree("texts")?,
-            scopes: db.open_tree("scopes")?,
-            views: db.open_tree("views")?,
-            jobs: db.open_tree("jobs")?,
-            unindexed: db.open_tree("unindexed")?,
-            embeddings: db.open_tree("embeddings")?,
-            fallbacks: db.open_tree("fallbacks")?,
+            nodes: db.open_tree("nodes").db()?,
+            expiry: db.open_tree("expiry").db()?,
+            deadlines: db.open_tree("deadlines").db()?,
+            sources: db.open_tree("sources").db()?,
+            texts: db.open_tree("texts").db()?,
+            scopes: db.open_tree("scopes").db()?,
+            views: db.open_tree("views").db()?,
+            jobs: db.open_tree("jobs").db()?,
+            unindexed: db.open_tree("unindexed").db()?,
+            embeddings: db.open_tree("embeddings").db()?,
+            fallbacks: db.open_tree("fallbacks").db()?,
             queue: LocalQueue::default(),
             db,
         };
         if layout < 2 {
             s.migrate_from_1()?;
         } else if layout < LAYOUT {
-            s.db.insert("format", &[LAYOUT])?;
-            s.db.flush()?;
+            s.db.insert("format", &[LAYOUT]).db()?;
+            s.db.flush().db()?;
         }
         Ok(s)
     }
@@ -211,7 +221,7 @@ impl SledBackend {
     fn migrate_from_1(&self) -> Result<()> {
         let mut moves: Vec<(sled::IVec, Vec<u8>)> = Vec::new();
         for k in self.sources.iter().keys() {
-            let k = k?;
+            let k = k.db()?;
             let Some(at) = k.iter().position(|&b| b == 0) else {
                 return Err(Error::DataCorruption(
                     "a layout-1 source key has no separator".into(),
@@ -242,7 +252,7 @@ impl SledBackend {
                 Ok(())
             })
             .map_err(txn_err("migration"))?;
-        self.db.flush()?;
+        self.db.flush().db()?;
         Ok(())
     }
 
@@ -281,14 +291,14 @@ impl Backend for SledBackend {
     }
 
     fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
-        match self.nodes.get(id.0)? {
+        match self.nodes.get(id.0).db()? {
             Some(v) => Ok(Some(decode(&format!("node {id}"), &v)?)),
             None => Ok(None),
         }
     }
 
     fn deadline(&self, id: &NodeId) -> Result<Option<u64>> {
-        match self.deadlines.get(id.0)? {
+        match self.deadlines.get(id.0).db()? {
             Some(v) => Ok(Some(deadline_of(&v, id)?)),
             None => Ok(None),
         }
@@ -302,7 +312,7 @@ impl Backend for SledBackend {
         let mut removed = Vec::new();
         let end = expiry_key(now, &NodeId([0xff; 32]));
         for item in self.expiry.range(..=&end[..]) {
-            let (k, _) = item?;
+            let (k, _) = item.db()?;
             let id = node_id(&k[8..40], "expiry")?;
             let gone = self.node_tx("sweep", |tx| {
                 tx.expiry.remove(&k)?;
@@ -322,7 +332,7 @@ impl Backend for SledBackend {
     }
 
     fn next_deadline(&self) -> Result<Option<u64>> {
-        Ok(self.expiry.first()?.map(|(k, _)| {
+        Ok(self.expiry.first().db()?.map(|(k, _)| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&k[..8]);
             u64::from_be_bytes(b)
@@ -333,7 +343,7 @@ impl Backend for SledBackend {
         self.nodes
             .iter()
             .keys()
-            .map(|k| node_id(&k?, "node"))
+            .map(|k| node_id(&k.db()?, "node"))
             .collect()
     }
 
@@ -342,7 +352,7 @@ impl Backend for SledBackend {
     }
 
     fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
-        match self.fallbacks.get(id.0)? {
+        match self.fallbacks.get(id.0).db()? {
             Some(v) => Ok(Some(decode(&format!("fallback mark of {id}"), &v)?)),
             None => Ok(None),
         }
@@ -356,7 +366,7 @@ impl Backend for SledBackend {
         let mut c = FallbackCounts::default();
         for v in self.fallbacks.iter().values() {
             c.nodes += 1;
-            if decode::<FallbackMark>("fallback mark", &v?)?.is_retried() {
+            if decode::<FallbackMark>("fallback mark", &v.db()?)?.is_retried() {
                 c.awaiting_model += 1;
             }
         }
@@ -364,7 +374,7 @@ impl Backend for SledBackend {
     }
 
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
-        match self.scopes.get(name.as_bytes())? {
+        match self.scopes.get(name.as_bytes()).db()? {
             Some(v) => Ok(Some(decode(&format!("scope {name}"), &v)?)),
             None => Ok(None),
         }
@@ -374,19 +384,19 @@ impl Backend for SledBackend {
         self.scopes
             .iter()
             .values()
-            .map(|v| decode("scope", &v?))
+            .map(|v| decode("scope", &v.db()?))
             .collect()
     }
 
     fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
-        match self.sources.get(source_key(scope, source))? {
+        match self.sources.get(source_key(scope, source)).db()? {
             Some(v) => Ok(Some(decode(&format!("source {source}"), &v)?)),
             None => Ok(None),
         }
     }
 
     fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
-        match self.texts.get(source_key(scope, source))? {
+        match self.texts.get(source_key(scope, source)).db()? {
             Some(v) => Ok(Some(decode(&format!("text of {source}"), &v)?)),
             None => Ok(None),
         }
@@ -509,7 +519,7 @@ impl Backend for SledBackend {
         self.unindexed
             .iter()
             .map(|kv| {
-                let (k, v) = kv?;
+                let (k, v) = kv.db()?;
                 // Layout-1 marks had no generation: 0.
                 let generation = <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes);
                 Ok(PendingMark {
@@ -526,7 +536,7 @@ impl Backend for SledBackend {
 
     fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
         for m in done {
-            let current = self.unindexed.get(m.id.0)?;
+            let current = self.unindexed.get(m.id.0).db()?;
             let same = current.as_ref().is_some_and(|v| {
                 <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes) == m.generation
             });
@@ -534,7 +544,8 @@ impl Backend for SledBackend {
                 // Err(CompareAndSwapError) = the mark changed since: keep it.
                 let _ = self
                     .unindexed
-                    .compare_and_swap(m.id.0, current, None as Option<&[u8]>)?;
+                    .compare_and_swap(m.id.0, current, None as Option<&[u8]>)
+                    .db()?;
             }
         }
         Ok(())
@@ -545,19 +556,19 @@ impl Backend for SledBackend {
         for (id, v) in vectors {
             batch.insert(&embed_key(model, id)[..], encode(v)?);
         }
-        self.embeddings.apply_batch(batch)?;
+        self.embeddings.apply_batch(batch).db()?;
         Ok(())
     }
 
     fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
-        match self.embeddings.get(embed_key(model, id))? {
+        match self.embeddings.get(embed_key(model, id)).db()? {
             Some(v) => Ok(Some(decode(&format!("embedding of {id}"), &v)?)),
             None => Ok(None),
         }
     }
 
     fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
-        Ok(self.embeddings.contains_key(embed_key(model, id))?)
+        self.embeddings.contains_key(embed_key(model, id)).db()
     }
 
     fn n_embeddings(&self) -> usize {
@@ -567,13 +578,13 @@ impl Backend for SledBackend {
     fn remove_orphan_embeddings(&self) -> Result<usize> {
         let mut orphans = Vec::new();
         for k in self.embeddings.iter().keys() {
-            let k = k?;
+            let k = k.db()?;
             if k.len() != 40 {
                 return Err(Error::DataCorruption(
                     "embedding key is not 40 bytes".into(),
                 ));
             }
-            if !self.nodes.contains_key(&k[8..])? {
+            if !self.nodes.contains_key(&k[8..]).db()? {
                 orphans.push(k);
             }
         }
@@ -581,24 +592,24 @@ impl Backend for SledBackend {
         for k in &orphans {
             batch.remove(k.clone());
         }
-        self.embeddings.apply_batch(batch)?;
+        self.embeddings.apply_batch(batch).db()?;
         Ok(orphans.len())
     }
 
     fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
         for p in self.embed_prefixes()? {
-            self.embeddings.remove(embed_key(p, id))?;
+            self.embeddings.remove(embed_key(p, id)).db()?;
         }
         Ok(())
     }
 
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
-        self.views.insert(scope.as_bytes(), bytes)?;
+        self.views.insert(scope.as_bytes(), bytes).db()?;
         Ok(())
     }
 
     fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.views.get(scope.as_bytes())?.map(|v| v.to_vec()))
+        Ok(self.views.get(scope.as_bytes()).db()?.map(|v| v.to_vec()))
     }
 
     fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
@@ -631,7 +642,7 @@ impl Backend for SledBackend {
     }
 
     fn flush(&self) -> Result<()> {
-        self.db.flush()?;
+        self.db.flush().db()?;
         Ok(())
     }
 
@@ -643,29 +654,33 @@ impl Backend for SledBackend {
 impl JobTable for SledBackend {
     fn next_job_id(&self) -> Result<u64> {
         // sled persists its id generator ahead of use, so an id survives crashes unique.
-        Ok(self.db.generate_id()? + 1)
+        Ok(self.db.generate_id().db()? + 1)
     }
 
     fn put_job_bytes(&self, id: u64, bytes: Vec<u8>) -> Result<()> {
-        self.jobs.insert(id.to_be_bytes(), bytes)?;
+        self.jobs.insert(id.to_be_bytes(), bytes).db()?;
         Ok(())
     }
 
     fn get_job_bytes(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        Ok(self.jobs.get(id.to_be_bytes())?.map(|v| v.to_vec()))
+        Ok(self.jobs.get(id.to_be_bytes()).db()?.map(|v| v.to_vec()))
     }
 
     fn remove_job_bytes(&self, id: u64) -> Result<()> {
-        self.jobs.remove(id.to_be_bytes())?;
+        self.jobs.remove(id.to_be_bytes()).db()?;
         Ok(())
     }
 
     fn job_bytes(&self) -> Result<Vec<Vec<u8>>> {
-        self.jobs.iter().values().map(|v| Ok(v?.to_vec())).collect()
+        self.jobs
+            .iter()
+            .values()
+            .map(|v| Ok(v.db()?.to_vec()))
+            .collect()
     }
 
     fn flush_jobs(&self) -> Result<()> {
-        self.db.flush()?;
+        self.db.flush().db()?;
         Ok(())
     }
 }

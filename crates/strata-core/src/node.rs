@@ -226,7 +226,7 @@ impl FallbackMark {
 /// Words that say who, when and where a node is from: speakers, rounds, the names of its
 /// sources (when few) and its heading path. Indexed with the node, and credited to every
 /// sentence of a chunk when the question names them.
-pub(crate) fn context_label(n: &Node) -> String {
+pub fn context_label(n: &Node) -> String {
     let mut parts: Vec<String> = Vec::new();
     parts.extend(n.meta.speakers.iter().cloned());
     parts.extend(n.meta.rounds.iter().map(|r| format!("round {r}")));

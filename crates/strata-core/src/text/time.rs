@@ -15,7 +15,7 @@ use chrono::{Datelike, Days, Months, NaiveDate, Weekday};
 /// A resolved date: a day, a run of days (a week, a weekend, a season), a month or a
 /// year.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum When {
+pub enum When {
     Day(NaiveDate),
     /// First and last day, inclusive.
     Days(NaiveDate, NaiveDate),
@@ -25,7 +25,7 @@ pub(crate) enum When {
 
 impl When {
     /// ISO 8601: `2023-05-05`, `2023-05-06/2023-05-07`, `2023-04`, `2022`.
-    pub(crate) fn iso(&self) -> String {
+    pub fn iso(&self) -> String {
         match *self {
             When::Day(d) => d.format("%Y-%m-%d").to_string(),
             When::Days(a, b) => format!("{}/{}", a.format("%Y-%m-%d"), b.format("%Y-%m-%d")),
@@ -35,7 +35,7 @@ impl When {
     }
 
     /// In words: `5 May 2023`, `6 May 2023 – 7 May 2023`, `April 2023`, `2022`.
-    pub(crate) fn words(&self) -> String {
+    pub fn words(&self) -> String {
         let day = |d: NaiveDate| d.format("%-d %B %Y").to_string();
         match *self {
             When::Day(d) => day(d),
@@ -65,15 +65,15 @@ pub(crate) fn resolve(expr: &str, anchor: NaiveDate) -> Option<When> {
 
 /// A date expression found in a text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Found {
+pub struct Found {
     /// Byte offsets of the expression in the text.
-    pub(crate) start: usize,
-    pub(crate) end: usize,
-    pub(crate) when: When,
+    pub start: usize,
+    pub end: usize,
+    pub when: When,
 }
 
 /// The first date expression of `text` (said on `anchor`), resolved.
-pub(crate) fn find(text: &str, anchor: NaiveDate) -> Option<Found> {
+pub fn find(text: &str, anchor: NaiveDate) -> Option<Found> {
     let words = tokens(text);
     let future = speaks_of_future(&words);
     (0..words.len()).find_map(|i| {
@@ -89,7 +89,7 @@ pub(crate) fn find(text: &str, anchor: NaiveDate) -> Option<Found> {
 /// Whether a question asks when: it starts with "when", or asks "when did/was/will…",
 /// "what date/day/year/month", "which year/month/day/date", "how long ago", "since when".
 /// ("What did Alice say when Bob objected?" asks what, not when.)
-pub(crate) fn asks_when(question: &str) -> bool {
+pub fn asks_when(question: &str) -> bool {
     let words = tokens(question);
     let w = |i: usize| words.get(i).map_or("", |t| t.word.as_str());
     if w(0) == "when" || w(0) == "when's" {

@@ -354,7 +354,7 @@ pub struct ReplicaStatus {
 pub struct Store {
     backend: Arc<dyn Backend>,
     /// Wakes the sweeper when a deadline earlier than the one it sleeps on arrives.
-    pub(crate) expiry_changed: Arc<Notify>,
+    expiry_changed: Arc<Notify>,
     earliest: Arc<AtomicU64>,
     /// Bumped after every write of this handle (and its clones) that can change a scope's
     /// tree or its nodes' liveness: what [`Store::generation`] reports.
@@ -422,6 +422,11 @@ impl Store {
     /// Marks a write (see [`Store::generation`]); called after it, failed or not.
     fn bump(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Resolves when a deadline earlier than the one the sweeper sleeps on arrives.
+    pub fn expiry_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.expiry_changed.notified()
     }
 
     /// Opens (or creates) the sled store in `dir`.

@@ -96,7 +96,7 @@ const HORIZON: &str = "snap AS (SELECT pg_current_snapshot() AS s), \
          (SELECT min(x8) FROM running WHERE x8 % 4294967296 NOT IN (SELECT x FROM others)) \
      ) AS h)";
 
-/// What a query inside the backend can fail with, before it becomes a [`crate::Error`].
+/// What a query inside the backend can fail with, before it becomes a [`crate::error::Error`].
 #[derive(Debug)]
 enum PgError {
     Pg(tokio_postgres::Error),

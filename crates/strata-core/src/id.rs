@@ -19,17 +19,17 @@ pub(crate) const MAX_SOURCE_BYTES: usize = 1024;
 pub(crate) const MAX_SPEAKER_BYTES: usize = 200;
 
 /// Checks a scope name (also a debate id).
-pub(crate) fn scope(name: &str) -> Result<()> {
+pub fn scope(name: &str) -> Result<()> {
     check("scope name", name, MAX_SCOPE_BYTES)
 }
 
 /// Checks a source id (a document's path as given, a debate turn's id).
-pub(crate) fn source(id: &str) -> Result<()> {
+pub fn source(id: &str) -> Result<()> {
     check("source id", id, MAX_SOURCE_BYTES)
 }
 
 /// Checks a speaker's name.
-pub(crate) fn speaker(name: &str) -> Result<()> {
+pub fn speaker(name: &str) -> Result<()> {
     check("speaker", name, MAX_SPEAKER_BYTES)
 }
 

@@ -30,14 +30,14 @@ use std::collections::{BTreeMap, HashMap};
 
 /// One sentence to rank, and the passage (turn, section, input) it comes from.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Unit<'a> {
-    pub(crate) text: &'a str,
-    pub(crate) passage: usize,
+pub struct Unit<'a> {
+    pub text: &'a str,
+    pub passage: usize,
 }
 
 /// Why a sentence ranks where it does: the features [`Features::score`] combines.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub(crate) struct Features {
+pub struct Features {
     pub(crate) centrality: f64,
     pub(crate) information: f64,
     pub(crate) thread: f64,
@@ -85,15 +85,15 @@ pub(crate) const MIN_CONTENT: usize = 4;
 /// order): between "the most salient sentence" (0) and "the most salience per token" (1).
 /// Chosen on QMSum `val` (ROUGE-2 of the `auto` window: 1.93 at 0, 2.09 at 0.25, 1.81 at
 /// 0.5; docs/EVAL.md).
-pub(crate) const COST_POWER: f64 = 0.25;
+pub const COST_POWER: f64 = 0.25;
 
-/// The version of [`WEIGHTS`] and of the features' definitions.
-#[cfg_attr(not(test), allow(dead_code))] // held to `model::offline::VERSION` by a test
-pub(crate) const VERSION: &str = "salience-v5";
+/// The version of [`WEIGHTS`] and of the features' definitions (a test of the `strata`
+/// crate holds `model::offline::VERSION` to it).
+pub const VERSION: &str = "salience-v5";
 
 impl Features {
     /// The salience score: higher matters more.
-    pub(crate) fn score(&self) -> f64 {
+    pub fn score(&self) -> f64 {
         let w = &WEIGHTS;
         let thin = if self.thin() { 1.0 } else { 0.0 };
         w.centrality * self.centrality.ln_1p()
@@ -116,7 +116,7 @@ impl Features {
 
 /// Whether a sentence asks: it ends with a question mark (closing quotes and brackets
 /// aside).
-pub(crate) fn is_question(sentence: &str) -> bool {
+pub fn is_question(sentence: &str) -> bool {
     sentence
         .trim_end()
         .trim_end_matches(['"', '\'', ')', ']', '\u{201d}', '\u{2019}'])
@@ -130,7 +130,7 @@ const DAMPING: f64 = 0.15;
 const ITERATIONS: usize = 40;
 
 /// The features of every unit, in order.
-pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
+pub fn features(units: &[Unit<'_>]) -> Vec<Features> {
     let bags: Vec<BTreeMap<String, u32>> = units.iter().map(|u| term_counts(u.text)).collect();
     let found: Vec<super::Facts> = units.iter().map(|u| facts(u.text)).collect();
     features_of(
@@ -142,7 +142,7 @@ pub(crate) fn features(units: &[Unit<'_>]) -> Vec<Features> {
 
 /// [`features`] of units whose content-word counts ([`term_counts`]) and facts
 /// ([`facts`]) are known already (a caller that keeps them per chunk).
-pub(crate) fn features_of(
+pub fn features_of(
     units: &[Unit<'_>],
     bags: &[&BTreeMap<String, u32>],
     found: &[&super::Facts],
@@ -354,7 +354,7 @@ fn scale_to_mean_one(v: Vec<f64>) -> Vec<f64> {
 }
 
 /// Cosine similarity of two texts' content-word counts (for redundancy checks).
-pub(crate) fn similarity(a: &BTreeMap<String, u32>, b: &BTreeMap<String, u32>) -> f64 {
+pub fn similarity(a: &BTreeMap<String, u32>, b: &BTreeMap<String, u32>) -> f64 {
     let dot: f64 = a
         .iter()
         .filter_map(|(t, &x)| b.get(t).map(|&y| x as f64 * y as f64))
@@ -369,11 +369,11 @@ pub(crate) fn similarity(a: &BTreeMap<String, u32>, b: &BTreeMap<String, u32>) -
 
 /// Term ids for [`Bag`]s: each distinct content word gets the next number.
 #[derive(Default)]
-pub(crate) struct TermIds(HashMap<String, u32>);
+pub struct TermIds(HashMap<String, u32>);
 
 impl TermIds {
     /// `counts` (a text's content-word counts, [`super::term_counts`]) as a [`Bag`].
-    pub(crate) fn bag(&mut self, counts: &BTreeMap<String, u32>) -> Bag {
+    pub fn bag(&mut self, counts: &BTreeMap<String, u32>) -> Bag {
         let mut terms: Vec<(u32, u32)> = counts
             .iter()
             .map(|(t, &n)| {
@@ -393,7 +393,7 @@ impl TermIds {
 
 /// A text's content-word counts by term id ([`TermIds`]), sorted, with their norm: the
 /// cosine [`similarity`] of two texts as a merge of two sorted lists, no string compared.
-pub(crate) struct Bag {
+pub struct Bag {
     terms: Vec<(u32, u32)>,
     norm: f64,
 }
@@ -401,7 +401,7 @@ pub(crate) struct Bag {
 impl Bag {
     /// The cosine similarity of the two texts' counts (what [`similarity`] gives for the
     /// same counts, up to rounding).
-    pub(crate) fn cosine(&self, o: &Bag) -> f64 {
+    pub fn cosine(&self, o: &Bag) -> f64 {
         let (a, b) = (&self.terms, &o.terms);
         let (mut i, mut j, mut dot) = (0, 0, 0.0);
         while i < a.len() && j < b.len() {

@@ -8,7 +8,7 @@
 use unicode_segmentation::UnicodeSegmentation;
 
 /// The version of the question grammar below (the word lists and the rule).
-pub(crate) const VERSION: &str = "question-grammar-1";
+pub const VERSION: &str = "question-grammar-1";
 
 /// Words that make a question ask for a set of answers rather than one (quantifiers over
 /// the answers, or an imperative to list them).
@@ -39,7 +39,7 @@ const ORDINAL: &[&str] = &[
 /// ("who objected to …": as many as did). How many answers a set question gets is not
 /// decided here but by the scores of its candidates (`navigate::offline`): a "who"
 /// question with one clear answer gets one. "How many" asks for a figure the text states.
-pub(crate) fn asks_for_set(question: &str) -> bool {
+pub fn asks_for_set(question: &str) -> bool {
     let ws: Vec<String> = question
         .unicode_words()
         .map(|w| w.to_lowercase())

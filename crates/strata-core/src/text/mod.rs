@@ -5,27 +5,28 @@
 use unicode_segmentation::UnicodeSegmentation;
 
 mod facts;
-pub(crate) mod question;
-pub(crate) mod salience;
-pub(crate) mod time;
+pub mod question;
+pub mod salience;
+pub mod time;
 mod words;
 
-pub(crate) use question::asks_for_set;
+pub use question::asks_for_set;
 
-pub(crate) use facts::{Facts, MONTHS, facts};
-pub(crate) use words::{content_words, is_stopword, term_counts};
+pub(crate) use facts::MONTHS;
+pub use facts::{Facts, facts};
+pub use words::{content_words, is_stopword, term_counts};
 
 /// A sentence of some text, as byte offsets into it (trailing whitespace included, so the
 /// sentences of a text tile it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SentenceSpan {
+pub struct SentenceSpan {
     pub start: usize,
     pub end: usize,
 }
 
 /// Splits `text` into sentences (Unicode sentence boundaries) that tile it exactly.
 /// Fragments too short to stand alone (e.g. after "Mr.") are merged into the previous one.
-pub(crate) fn sentences(text: &str) -> Vec<SentenceSpan> {
+pub fn sentences(text: &str) -> Vec<SentenceSpan> {
     let mut out = Vec::new();
     each_sentence(text, |s| out.push(s));
     out
