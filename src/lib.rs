@@ -2,7 +2,8 @@
 //!
 //! Long context — a debate that grows round by round, a pile of documents — is cut into
 //! semantic chunks ([`chunk`]), compressed into five levels ([`Level`]) by a [`SubModel`]
-//! (the offline extractive compressor by default), kept in a sled [`Store`] with a TTL,
+//! (the offline extractive compressor by default), kept in a [`Store`] (sled on disk, or
+//! PostgreSQL shared by many processes) with a TTL,
 //! indexed with tantivy, and served as token-budgeted context windows or answered with
 //! citations to exact source spans.
 //!

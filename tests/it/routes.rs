@@ -1054,7 +1054,7 @@ async fn the_rlm_context_routes() {
         GET rlm/strategies -> 200
         {
           "default": "auto",
-          "documentation": "README.md, section Strategies",
+          "documentation": "docs/USAGE.md, section Strategies",
           "strategies": {
             "auto": {
               "description": "The root model chooses every step when one is configured; otherwise the hierarchical descent",

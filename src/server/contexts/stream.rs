@@ -95,7 +95,7 @@ pub(in crate::server) async fn strategies() -> Json<Strategies> {
             })
             .collect(),
         default: Strategy::default().name().into(),
-        documentation: "README.md, section Strategies".into(),
+        documentation: "docs/USAGE.md, section Strategies".into(),
     })
 }
 
