@@ -662,27 +662,14 @@ fn crash_ingest_killed_and_resumed() {
         let killed = kill_after(r.corpus.ingest(&db, false), delay);
         t.runs += 1;
         t.kills += killed as u64;
-        let report = match run_json(r.corpus.ingest(&db, true)) {
-            Ok(v) => v,
-            Err(e) => {
-                t.errors += 1;
-                t.note(format!(
-                    "run {run_no}: ingest after a kill at {delay:?} failed: {e}"
-                ));
-                continue;
-            }
+        let Some(report) = resume_ingest(
+            &r,
+            &db,
+            &format!("run {run_no} (kill at {delay:?})"),
+            &mut t,
+        ) else {
+            continue;
         };
-        let reported: u64 = ["added", "replaced", "unchanged"]
-            .iter()
-            .map(|k| report[k].as_u64().unwrap_or(0))
-            .sum();
-        t.acknowledged += reported;
-        if reported != r.corpus.names.len() as u64 {
-            t.note(format!(
-                "run {run_no}: the resumed ingest reported {reported} of {} documents",
-                r.corpus.names.len()
-            ));
-        }
         let before = (t.lost, t.duplicated, t.index_mismatch, t.answer_mismatch);
         check_docs_store(&r, &db, run_no, &mut t);
         eprintln!(
@@ -743,6 +730,32 @@ fn crash_compress_killed_and_resumed() {
     t.finish("compress", seed);
 }
 
+/// The ingest after a kill, run to completion: its report (`None`: it failed, counted as
+/// an error), the documents it reported counted as acknowledged, a note when it did not
+/// report them all.
+fn resume_ingest(r: &Reference, db: &Path, what: &str, t: &mut Tally) -> Option<Value> {
+    let report = match run_json(r.corpus.ingest(db, true)) {
+        Ok(v) => v,
+        Err(e) => {
+            t.errors += 1;
+            t.note(format!("{what}: the ingest after the kill failed: {e}"));
+            return None;
+        }
+    };
+    let reported: u64 = ["added", "replaced", "unchanged"]
+        .iter()
+        .map(|k| report[k].as_u64().unwrap_or(0))
+        .sum();
+    t.acknowledged += reported;
+    if reported != r.corpus.names.len() as u64 {
+        t.note(format!(
+            "{what}: the resumed ingest reported {reported} of {} documents",
+            r.corpus.names.len()
+        ));
+    }
+    Some(report)
+}
+
 /// Runs `ingest` killed at `point`, then again to completion, and checks the store;
 /// adds the run to `t`. `Err` when the process never reached the point.
 fn ingest_killed_at(r: &Reference, point: &str, run_no: u64, t: &mut Tally) -> Result<(), String> {
@@ -753,24 +766,8 @@ fn ingest_killed_at(r: &Reference, point: &str, run_no: u64, t: &mut Tally) -> R
     }
     t.runs += 1;
     t.kills += 1;
-    let report = match run_json(r.corpus.ingest(&db, true)) {
-        Ok(v) => v,
-        Err(e) => {
-            t.errors += 1;
-            t.note(format!("{point}: ingest after the kill failed: {e}"));
-            return Ok(());
-        }
-    };
-    let reported: u64 = ["added", "replaced", "unchanged"]
-        .iter()
-        .map(|k| report[k].as_u64().unwrap_or(0))
-        .sum();
-    t.acknowledged += reported;
-    if reported != r.corpus.names.len() as u64 {
-        t.note(format!(
-            "{point}: the resumed ingest reported {reported} of {} documents",
-            r.corpus.names.len()
-        ));
+    if resume_ingest(r, &db, point, t).is_none() {
+        return Ok(());
     }
     check_docs_store(r, &db, run_no, t);
     // (How many documents the resumed ingest found already stored depends on when sled
@@ -1127,38 +1124,14 @@ fn start_server(
     log: &Path,
     cwd: &Path,
 ) -> Result<(Child, String), String> {
-    use std::io::{BufRead, Write};
-    let mut out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
     let mut c = strata(db, cwd);
     c.args(["serve", "--addr", "127.0.0.1:0"])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines() {
-            let Ok(line) = line else { break };
-            let _ = writeln!(out, "{line}");
-            if let Some(at) = line.find("serving on http://") {
-                let rest = &line[at + "serving on ".len()..];
-                let _ = tx.send(
-                    rest.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            }
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(base) => Ok((child, base)),
-        Err(_) => {
+        .stdout(Stdio::null());
+    let (mut child, stderr) = spawn_reading_stderr(&mut c, log);
+    match stderr.serving_url(Duration::from_secs(120)) {
+        Some(base) => Ok((child, base)),
+        None => {
             let why = if sigkill(&mut child) {
                 "it was not ready after 120 s"
             } else {

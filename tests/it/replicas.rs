@@ -113,38 +113,14 @@ fn strata(url: &str, tmp: &Path, model_url: &str) -> Command {
 /// Starts a replica on a port the system picks; waits (bounded) for the line saying where
 /// it serves (its stderr, read line by line and copied to `serve.log`).
 fn start(_rt: &tokio::runtime::Runtime, url: &str, tmp: &Path, model_url: &str) -> Replica {
-    use std::io::{BufRead, Write};
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(tmp.join("serve.log"))
-        .unwrap();
     let mut c = strata(url, tmp, model_url);
     c.args(["serve", "--addr", "127.0.0.1:0"])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines() {
-            let Ok(line) = line else { break };
-            let _ = writeln!(log, "{line}");
-            if let Some(at) = line.find("serving on http://") {
-                let rest = &line[at + "serving on ".len()..];
-                let _ = tx.send(
-                    rest.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                );
-            }
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(base) => Replica { child, base },
-        Err(_) => {
+        .stdout(Stdio::null());
+    let (mut child, stderr) = spawn_reading_stderr(&mut c, &tmp.join("serve.log"));
+    match stderr.serving_url(Duration::from_secs(120)) {
+        Some(base) => Replica { child, base },
+        None => {
             let _ = child.kill();
             let _ = child.wait();
             panic!(

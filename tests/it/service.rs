@@ -53,6 +53,13 @@ fn a_dropped_service_leaves_queued_jobs_for_the_next_one() {
             .enqueue("docs", JobKind::Compress, T0)
             .unwrap();
         drop(service);
+        let queued = e.store().jobs().unwrap();
+        assert!(
+            queued
+                .iter()
+                .any(|j| j.id == job.id && j.state == JobState::Queued),
+            "a stopped service took the job: {queued:?}"
+        );
         let next = Service::start(e.clone()).unwrap();
         let done = next
             .jobs()

@@ -452,72 +452,15 @@ pub fn strata_cli(db: &Path, args: &[&str]) -> (i32, String, String) {
 /// The lines a child wrote to stderr so far, whether it closed it, and a wake-up per line.
 type Lines = std::sync::Arc<(std::sync::Mutex<(Vec<String>, bool)>, std::sync::Condvar)>;
 
-/// `strata serve` run as the real binary on 127.0.0.1 (a port the system picks), its store
-/// in `dir`, with a TOML `config` and `STRATA_*` variables; killed when dropped. Its stderr
-/// is read line by line (and copied to `dir/serve.log`): [`Served::wait_for`] waits for a
-/// line, woken by each new one — no polling.
-pub struct Served {
-    pub child: std::process::Child,
-    /// `127.0.0.1:PORT`.
-    pub addr: String,
-    lines: Lines,
-}
+/// A child's stderr as it writes it (see [`spawn_reading_stderr`]).
+#[derive(Clone, Default)]
+pub struct Stderr(Lines);
 
-impl Served {
-    /// Starts it and waits (bounded) until it says where it serves.
-    pub fn start(dir: &Path, config: &str, env: &[(&str, &str)]) -> Served {
-        use std::io::{BufRead, Write};
-        let cfg = dir.join("serve.toml");
-        std::fs::write(&cfg, config).unwrap();
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
-        c.arg("--db")
-            .arg(dir.join("db"))
-            .arg("--config")
-            .arg(&cfg)
-            .args(["serve", "--addr", "127.0.0.1:0"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped());
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("STRATA_")) {
-            c.env_remove(k);
-        }
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().unwrap();
-        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let lines: Lines = Default::default();
-        let shared = lines.clone();
-        let mut log = std::fs::File::create(dir.join("serve.log")).unwrap();
-        std::thread::spawn(move || {
-            for line in stderr.lines() {
-                let Ok(line) = line else { break };
-                let _ = writeln!(log, "{line}");
-                shared.0.lock().unwrap().0.push(line);
-                shared.1.notify_all();
-            }
-            shared.0.lock().unwrap().1 = true;
-            shared.1.notify_all();
-        });
-        let mut served = Served {
-            child,
-            addr: String::new(),
-            lines,
-        };
-        let Some(line) = served.wait_for("strata serving on http://", Duration::from_secs(60))
-        else {
-            let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
-            panic!("strata serve would not start: {}", log.trim());
-        };
-        let rest = &line[line.find("http://").unwrap() + "http://".len()..];
-        served.addr = rest.split_whitespace().next().unwrap().to_string();
-        served
-    }
-
-    /// Waits until a line of its stderr contains `needle` (or `within` passes, or it
-    /// exits); that line.
+impl Stderr {
+    /// Waits until a line contains `needle` (or `within` passes, or the child closes its
+    /// stderr); that line. Woken by each new line — no polling.
     pub fn wait_for(&self, needle: &str, within: Duration) -> Option<String> {
-        let (lock, cv) = &*self.lines;
+        let (lock, cv) = &*self.0;
         let deadline = std::time::Instant::now() + within;
         let mut g = lock.lock().unwrap();
         loop {
@@ -530,6 +473,90 @@ impl Served {
             }
             g = cv.wait_timeout(g, deadline - now).unwrap().0;
         }
+    }
+
+    /// The `http://127.0.0.1:PORT` a `strata serve` says it serves on.
+    pub fn serving_url(&self, within: Duration) -> Option<String> {
+        let line = self.wait_for("serving on http://", within)?;
+        let rest = &line[line.find("http://")?..];
+        rest.split_whitespace().next().map(str::to_string)
+    }
+}
+
+/// Starts `c` with its stderr read line by line on a thread, each line appended to `log`.
+pub fn spawn_reading_stderr(
+    c: &mut std::process::Command,
+    log: &Path,
+) -> (std::process::Child, Stderr) {
+    use std::io::{BufRead, Write};
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut child = c.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let lines = Stderr::default();
+    let shared = lines.0.clone();
+    std::thread::spawn(move || {
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(out, "{line}");
+            shared.0.lock().unwrap().0.push(line);
+            shared.1.notify_all();
+        }
+        shared.0.lock().unwrap().1 = true;
+        shared.1.notify_all();
+    });
+    (child, lines)
+}
+
+/// `strata serve` run as the real binary on 127.0.0.1 (a port the system picks), its store
+/// in `dir`, with a TOML `config` and `STRATA_*` variables; killed when dropped. Its stderr
+/// is read line by line (and copied to `dir/serve.log`): [`Served::wait_for`] waits for a
+/// line, woken by each new one — no polling.
+pub struct Served {
+    pub child: std::process::Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    lines: Stderr,
+}
+
+impl Served {
+    /// Starts it and waits (bounded) until it says where it serves.
+    pub fn start(dir: &Path, config: &str, env: &[(&str, &str)]) -> Served {
+        let cfg = dir.join("serve.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+        c.arg("--db")
+            .arg(dir.join("db"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("STRATA_")) {
+            c.env_remove(k);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let (child, lines) = spawn_reading_stderr(&mut c, &dir.join("serve.log"));
+        let Some(url) = lines.serving_url(Duration::from_secs(60)) else {
+            let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+            panic!("strata serve would not start: {}", log.trim());
+        };
+        Served {
+            child,
+            addr: url.trim_start_matches("http://").to_string(),
+            lines,
+        }
+    }
+
+    /// Waits until a line of its stderr contains `needle` (or `within` passes, or it
+    /// exits); that line.
+    pub fn wait_for(&self, needle: &str, within: Duration) -> Option<String> {
+        self.lines.wait_for(needle, within)
     }
 }
 
