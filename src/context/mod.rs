@@ -67,7 +67,8 @@ pub struct ContextNode {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub spans: Vec<Span>,
     /// Why the part was chosen: named features and their values (question-focused
-    /// windows: `retrieval`, `neighbour`, `reply_to_question`, `score`, `rank`).
+    /// windows: `retrieval`, `neighbour`, `reply_to_question`, `score`, `rank`; the
+    /// overview: the salience features of its best sentence and its `rank`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub why: BTreeMap<String, f64>,
 }
@@ -115,6 +116,9 @@ struct Item {
     /// The exact spans shown of some of `nodes` (an overview of sentences picked from FULL
     /// chunks); a FULL node without an entry cites its whole chunk.
     excerpts: Vec<(NodeId, Span)>,
+    /// Why some of `nodes` were chosen (the overview: the salience features of the node's
+    /// best sentence in the window, and its rank among the chosen).
+    why: Vec<(NodeId, BTreeMap<String, f64>)>,
 }
 
 impl Item {
@@ -202,7 +206,12 @@ pub(crate) fn window(
                         _ => own,
                     }
                 },
-                why: BTreeMap::new(),
+                why: i
+                    .why
+                    .iter()
+                    .find(|(n, _)| n == id)
+                    .map(|(_, w)| w.clone())
+                    .unwrap_or_default(),
             })
             .collect(),
         omitted: omitted_before + dropped,
@@ -327,6 +336,7 @@ fn chunks_item(
                 groups: (gi, gi),
                 partial: chunks.len() < g.chunks.len(),
                 excerpts: Vec::new(),
+                why: Vec::new(),
             })
         }
         _ => {
@@ -339,6 +349,7 @@ fn chunks_item(
                 groups: (gi, gi),
                 partial: false,
                 excerpts: Vec::new(),
+                why: Vec::new(),
             })
         }
     }
@@ -353,6 +364,7 @@ fn overview(plan: &Plan, n: &Node) -> Item {
         groups: (0, plan.groups.len().saturating_sub(1)),
         partial: false,
         excerpts: Vec::new(),
+        why: Vec::new(),
     }
 }
 
@@ -385,6 +397,7 @@ fn fixed(
                     groups: (gi, gi),
                     partial: false,
                     excerpts: Vec::new(),
+                    why: Vec::new(),
                 });
             }
             v

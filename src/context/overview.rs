@@ -7,8 +7,9 @@
 //! way up. Here every sentence of the scope is ranked by `text::salience` over the whole
 //! scope at once (each turn or section a passage, so a recurring topic is a thread;
 //! repeated sentences counted once), and chosen greedily by salience per token, less their
-//! similarity to what is already chosen. Scopes too large for that within a request keep the
-//! ABSTRACT-based overview.
+//! similarity to what is already chosen. Each chosen part says why (`why` in the window's
+//! JSON: its best sentence's salience features and its rank in the greedy order). Scopes too
+//! large for that within a request keep the ABSTRACT-based overview.
 
 use super::Item;
 use crate::corpus::Corpus;
@@ -131,6 +132,8 @@ struct Ranked {
     /// The statistics' unit of each sentence (repeats share one).
     unit_of: Vec<usize>,
     units: usize,
+    /// Each unit's features (the `why` of the window's JSON).
+    features: Vec<salience::Features>,
 }
 
 /// The scopes ranked most recently, newest last, keyed by their chunks' ids.
@@ -188,7 +191,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     // A sentence repeated word for word is one unit for the statistics: a repeat is not a
     // thread.
     let mut unit_of: Vec<usize> = Vec::with_capacity(sents.len());
-    let scores: Vec<f64> = {
+    let (scores, features): (Vec<f64>, Vec<salience::Features>) = {
         let mut first: HashMap<&str, usize> = HashMap::new();
         let mut units: Vec<salience::Unit<'_>> = Vec::new();
         let mut counts = Vec::new();
@@ -209,10 +212,11 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
             });
             unit_of.push(u);
         }
-        salience::features_of(&units, &counts, &facts)
-            .iter()
-            .map(salience::Features::score)
-            .collect()
+        let features = salience::features_of(&units, &counts, &facts);
+        (
+            features.iter().map(salience::Features::score).collect(),
+            features,
+        )
     };
     for (s, &u) in sents.iter_mut().zip(&unit_of) {
         s.score = scores[u];
@@ -223,6 +227,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
         sents,
         unit_of,
         units: scores.len(),
+        features,
     });
     let mut cache = RANKED.lock().expect("ranked cache");
     if !cache.iter().any(|(k, _)| *k == key) {
@@ -258,6 +263,7 @@ pub(super) fn salient(
         sents,
         unit_of,
         units,
+        features,
     } = &*ranked;
     if sents.is_empty() {
         return Ok(None);
@@ -322,6 +328,17 @@ pub(super) fn salient(
     if picked.is_empty() {
         return Ok(None);
     }
+    // Why: each chunk's best sentence's features, and its rank in the greedy order.
+    let mut why: Vec<(NodeId, std::collections::BTreeMap<String, f64>)> = Vec::new();
+    for (rank, &i) in picked.iter().enumerate() {
+        let full = plan.chunks[sents[i].chunk].full;
+        if why.iter().any(|(n, _)| *n == full) {
+            continue;
+        }
+        let mut w = features[unit_of[i]].named();
+        w.insert("rank".to_string(), rank as f64 + 1.0);
+        why.push((full, w));
+    }
     picked.sort_by_key(|&i| (sents[i].chunk, sents[i].start));
     let mut body = String::new();
     let mut nodes: Vec<(NodeId, Level, u32)> = Vec::new();
@@ -361,5 +378,6 @@ pub(super) fn salient(
         groups: (0, plan.groups.len().saturating_sub(1)),
         partial: true,
         excerpts,
+        why,
     }))
 }

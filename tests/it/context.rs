@@ -210,6 +210,26 @@ fn the_auto_overview_keeps_no_greetings_or_thanks() {
         assert!(!overview.contains(f), "{f:?} in the overview:\n{}", w.text);
     }
     assert!(facts.iter().any(|f| overview.contains(*f)), "{}", w.text);
+    // Each overview part says why it was chosen: its best sentence's features, its rank.
+    let parts: Vec<_> = w.nodes.iter().filter(|n| n.part == "overview").collect();
+    assert!(!parts.is_empty(), "{w:?}");
+    for n in &parts {
+        for k in [
+            "salience",
+            "centrality",
+            "information",
+            "thread",
+            "specificity",
+            "rank",
+        ] {
+            assert!(n.why.contains_key(k), "{k} missing from {:?}", n.why);
+        }
+        assert_eq!(n.why["thin"], 0.0, "a thin sentence chosen: {:?}", n.why);
+    }
+    let mut ranks: Vec<f64> = parts.iter().map(|n| n.why["rank"]).collect();
+    ranks.sort_by(f64::total_cmp);
+    ranks.dedup();
+    assert_eq!(ranks.len(), parts.len(), "one rank per part: {ranks:?}");
     // The whole scope's ABSTRACT, by the same rule.
     let w = rt()
         .block_on(e.context(

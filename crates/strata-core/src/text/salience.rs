@@ -106,10 +106,29 @@ impl Features {
 }
 
 impl Features {
+    /// The features by name, with the score they make (`why` in a window's JSON).
+    pub fn named(&self) -> BTreeMap<String, f64> {
+        let r = |x: f64| (x * 1000.0).round() / 1000.0;
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        [
+            ("salience", r(self.score())),
+            ("centrality", r(self.centrality)),
+            ("information", r(self.information)),
+            ("thread", r(self.thread)),
+            ("specificity", r(self.specificity)),
+            ("content_words", self.content as f64),
+            ("question", flag(self.question)),
+            ("thin", flag(self.thin())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
     /// A sentence that says little: less than [`THIN`] of the mean information, or fewer
     /// than [`MIN_CONTENT`] content words and no number or date ("Hey John!", "Sure,
     /// sounds good.").
-    pub(crate) fn thin(&self) -> bool {
+    pub fn thin(&self) -> bool {
         self.little || (self.content < MIN_CONTENT && !self.figures)
     }
 }
