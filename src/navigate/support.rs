@@ -30,49 +30,10 @@ impl fmt::Display for Kind {
     }
 }
 
-/// Words that make "<word> number" an identifier ("catalogue number", "serial number").
-const ID_NUMBER: &[&str] = &[
-    "catalogue",
-    "catalog",
-    "serial",
-    "reference",
-    "registration",
-    "accession",
-    "case",
-    "file",
-    "model",
-    "part",
-    "ticket",
-    "order",
-    "account",
-    "licence",
-    "license",
-    "patent",
-    "call",
-    "tracking",
-    "item",
-    "batch",
-    "lot",
-    "flight",
-    "phone",
-    "telephone",
-    "inventory",
-    "index",
-];
-const ID_WORDS: &[&str] = &[
-    "identifier",
-    "identifiers",
-    "id",
-    "ids",
-    "code",
-    "codes",
-    "serial",
-    "shelfmark",
-    "isbn",
-    "issn",
-    "doi",
-    "sku",
-];
+/// Head nouns that name an identifier ("the access code", "its identifier", "an ID").
+/// "<noun> number" / "<noun> no" is one too ("catalogue number", "flight no"), found by
+/// its grammar in [`asked_kind`] (a content word before it), not by a list of the nouns.
+const ID_HEADS: &[&str] = &["identifier", "identifiers", "id", "ids", "code", "codes"];
 /// "what/which <word>" asking for a date or time.
 const DATE_AFTER_WH: &[&str] = &[
     "year", "date", "day", "month", "century", "decade", "time", "hour", "season",
@@ -207,7 +168,14 @@ pub(crate) fn asked_kind(question: &str) -> Option<Kind> {
     let mut kind = None;
     for i in 0..w.len() {
         let (a, b) = (at(i), at(i + 1));
-        if ID_WORDS.contains(&a) || (ID_NUMBER.contains(&a) && (b == "number" || b == "no")) {
+        // "<noun> number": a compound whose modifier is a content word ("serial number",
+        // "catalogue no"), not a quantity ("the number of", "what number", "two numbers").
+        let compound_number = (b == "number" || b == "no")
+            && !text::is_stopword(a)
+            && !wh(a)
+            && !NUMBER_WORDS.contains(&a)
+            && !a.chars().all(|c| c.is_ascii_digit());
+        if ID_HEADS.contains(&a) || compound_number {
             return Some(Kind::Identifier);
         }
         let k = if a == "when"
@@ -428,6 +396,17 @@ mod tests {
             k("What is the access code of the vault?"),
             Some(Kind::Identifier)
         );
+        // Any noun before "number" makes an identifier; "the number of" is a quantity.
+        assert_eq!(
+            k("What was the tracking number of the parcel?"),
+            Some(Kind::Identifier)
+        );
+        assert_eq!(
+            k("Which platform number does the night train leave from?"),
+            Some(Kind::Identifier)
+        );
+        assert_eq!(k("What number of pupils was agreed?"), Some(Kind::Number));
+
         assert_eq!(
             k("When did the Marryn expedition reach the summit?"),
             Some(Kind::Date)
