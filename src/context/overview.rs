@@ -5,8 +5,9 @@
 //! rounds), so what recurs across a whole debate — a topic raised in round 3, objected to in
 //! round 40 and voted on in round 200 — is invisible to the steps that drop sentences on the
 //! way up. Here every sentence of the scope is ranked by `text::salience` over the whole
-//! scope at once (each turn or section a passage, so a recurring topic is a thread;
-//! repeated sentences counted once), and chosen greedily by salience per token, less their
+//! scope at once (each turn or section a passage, so a recurring topic is a thread, and a
+//! phrase that several passages repeat — "the harbour levy" — marks what the scope is
+//! about: `salience::phrases`; repeated sentences counted once), and chosen greedily by salience per token, less their
 //! similarity to what is already chosen. Each chosen part says why (`why` in the window's
 //! JSON: its best sentence's salience features and its rank in the greedy order). Scopes too
 //! large for that within a request keep the ABSTRACT-based overview.
@@ -132,8 +133,9 @@ struct Ranked {
     /// The statistics' unit of each sentence (repeats share one).
     unit_of: Vec<usize>,
     units: usize,
-    /// Each unit's features (the `why` of the window's JSON).
+    /// Each unit's features and recurring-phrase weight (the `why` of the window's JSON).
     features: Vec<salience::Features>,
+    phrases: Vec<f64>,
 }
 
 /// The scopes ranked most recently, newest last, keyed by their chunks' ids.
@@ -191,7 +193,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     // A sentence repeated word for word is one unit for the statistics: a repeat is not a
     // thread.
     let mut unit_of: Vec<usize> = Vec::with_capacity(sents.len());
-    let (scores, features): (Vec<f64>, Vec<salience::Features>) = {
+    let (scores, features, phrases): (Vec<f64>, Vec<salience::Features>, Vec<f64>) = {
         let mut first: HashMap<&str, usize> = HashMap::new();
         let mut units: Vec<salience::Unit<'_>> = Vec::new();
         let mut counts = Vec::new();
@@ -213,10 +215,13 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
             unit_of.push(u);
         }
         let features = salience::features_of(&units, &counts, &facts);
-        (
-            features.iter().map(salience::Features::score).collect(),
-            features,
-        )
+        let phrases = salience::phrases(&units);
+        let scores = features
+            .iter()
+            .zip(&phrases)
+            .map(|(f, &p)| salience::overview_score(f, p))
+            .collect();
+        (scores, features, phrases)
     };
     for (s, &u) in sents.iter_mut().zip(&unit_of) {
         s.score = scores[u];
@@ -228,6 +233,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
         unit_of,
         units: scores.len(),
         features,
+        phrases,
     });
     let mut cache = RANKED.lock().expect("ranked cache");
     if !cache.iter().any(|(k, _)| *k == key) {
@@ -264,6 +270,7 @@ pub(super) fn salient(
         unit_of,
         units,
         features,
+        phrases,
     } = &*ranked;
     if sents.is_empty() {
         return Ok(None);
@@ -336,6 +343,12 @@ pub(super) fn salient(
             continue;
         }
         let mut w = features[unit_of[i]].named();
+        let p = phrases[unit_of[i]];
+        w.insert("phrases".to_string(), (p * 1000.0).round() / 1000.0);
+        w.insert(
+            "salience".to_string(),
+            (salience::overview_score(&features[unit_of[i]], p) * 1000.0).round() / 1000.0,
+        );
         w.insert("rank".to_string(), rank as f64 + 1.0);
         why.push((full, w));
     }

@@ -14,8 +14,8 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 956 of 1000 tokens, 24 node(s), 38 omitted
-            nodes: full × 15, summary × 5, detailed × 4
+            auto level, 963 of 1000 tokens, 22 node(s), 38 omitted
+            nodes: full × 13, summary × 5, detailed × 4
             ## Overview (salient sentences)
             ## Round 39-43 (summary)
             ## Round 44 (detailed)
@@ -30,10 +30,10 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3938 of 4000 tokens, 92 node(s), 15 omitted
-            nodes: full × 60, summary × 28, full × 4
+            auto level, 3964 of 4000 tokens, 93 node(s), 14 omitted
+            nodes: full × 60, summary × 29, full × 4
             ## Overview (salient sentences)
-            ## Round 16-43 (summary)
+            ## Round 15-43 (summary)
             ## Round 44 (full)
         "#]],
     );

@@ -250,11 +250,12 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
     let at = |b: usize| report.retention.iter().find(|r| r.budget == b).unwrap();
     // More budget never keeps fewer facts than the transcript's tail does.
     assert!(at(8_000).last_b >= at(1_000).last_b);
-    // Floors (today: 10 / 20 / 45 / 72.5 %, decoys 0–20 %, last-B 2.5–10 %). Until issue
+    // Floors (today: 40 / 50 / 85 / 95 %, decoys 10–45 %, last-B 2.5–10 %). Until issue
     // 21 they were 40 / 75 / 80 / 85 %, set on cue-phrase rules written for this
-    // generator's templates; the general salience that replaced them keeps less of this
-    // generator's facts (docs/EVAL.md, "Salience without phrase lists").
-    for (b, min) in [(1_000, 0.08), (2_000, 0.15), (4_000, 0.35), (8_000, 0.6)] {
+    // generator's templates; the general salience that replaced them kept 10 / 20 / 45 /
+    // 72.5 %, and recurring phrases in the overview (`salience::phrases`, weight chosen on
+    // QMSum val) brought them to today's (docs/EVAL.md, "Recurring phrases").
+    for (b, min) in [(1_000, 0.3), (2_000, 0.4), (4_000, 0.7), (8_000, 0.85)] {
         let r = at(b);
         assert!(r.retention >= min, "{b}: {r:?}");
         assert!(r.retention >= 3.0 * r.last_b, "{b}: {r:?}");

@@ -133,6 +133,65 @@ impl Features {
     }
 }
 
+/// The weight of [`phrases`] in the overview of a whole scope, per unit of ln(1 + phrases).
+/// Chosen on QMSum `val` (ROUGE-2 of the `auto` window at the summary's length: 2.06 at 0,
+/// 2.13 at 0.5, 2.26 at 1, **2.36 at 2**, 2.25 at 4; docs/EVAL.md). Used by the scope
+/// overview only: not part of the offline compressor's identity.
+pub const PHRASE_WEIGHT: f64 = 2.0;
+
+/// A sentence's salience in the overview of a whole scope: [`Features::score`] and, for a
+/// sentence that is not thin, the recurring phrases it holds ([`phrases`]).
+pub fn overview_score(f: &Features, phrases: f64) -> f64 {
+    if f.thin() {
+        f.score()
+    } else {
+        f.score() + PHRASE_WEIGHT * phrases.ln_1p()
+    }
+}
+
+/// Recurring phrases: for each unit, the distinctive weight — ln(passages / passages that
+/// hold it) — of every adjacent pair of content words ([`super::content_words`]) that two
+/// or more passages hold, summed and scaled so that the mean unit has 1. A phrase that
+/// turns by different people keep repeating ("the harbour levy", "remote control") is what
+/// a discussion is about; single words recur by chance far more often than pairs do. No
+/// list: the pairs come from the text itself.
+pub fn phrases(units: &[Unit<'_>]) -> Vec<f64> {
+    let pairs: Vec<Vec<String>> = units
+        .iter()
+        .map(|u| {
+            let w: Vec<String> = super::content_words(u.text).collect();
+            let mut v: Vec<String> = w.windows(2).map(|p| format!("{} {}", p[0], p[1])).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+        .collect();
+    let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (u, v) in units.iter().zip(&pairs) {
+        for p in v {
+            let e = pf.entry(p.as_str()).or_default();
+            if e.last() != Some(&u.passage) && !e.contains(&u.passage) {
+                e.push(u.passage);
+            }
+        }
+    }
+    let mut passages: Vec<usize> = units.iter().map(|u| u.passage).collect();
+    passages.sort_unstable();
+    passages.dedup();
+    let np = passages.len() as f64;
+    let raw: Vec<f64> = pairs
+        .iter()
+        .map(|v| {
+            v.iter()
+                .map(|p| pf[p.as_str()].len())
+                .filter(|&n| n >= 2)
+                .map(|n| (np / n as f64).ln())
+                .sum()
+        })
+        .collect();
+    scale_to_mean_one(raw)
+}
+
 /// Whether a sentence asks: it ends with a question mark (closing quotes and brackets
 /// aside).
 pub fn is_question(sentence: &str) -> bool {
@@ -444,6 +503,25 @@ impl Bag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_phrase_several_passages_repeat_outweighs_one_said_once() {
+        let u = units(&[
+            ("We should cap the harbour levy at forty million.", 0),
+            ("Congress passed the farm bill after a long night.", 1),
+            ("I object to the harbour levy as drafted.", 2),
+            ("The weather report promised rain for the coast.", 3),
+            ("The committee adopts the harbour levy.", 4),
+        ]);
+        let p = phrases(&u);
+        assert!(p[0] > 0.0 && p[2] > 0.0 && p[4] > 0.0, "{p:?}");
+        assert_eq!((p[1], p[3]), (0.0, 0.0), "{p:?}");
+        let mean = p.iter().sum::<f64>() / p.len() as f64;
+        assert!((mean - 1.0).abs() < 1e-9, "scaled to mean one: {p:?}");
+        // One passage repeating itself is no recurring phrase.
+        let same = units(&[("the harbour levy", 0), ("the harbour levy again", 0)]);
+        assert!(phrases(&same).iter().all(|&x| x == 0.0));
+    }
 
     fn units<'a>(v: &[(&'a str, usize)]) -> Vec<Unit<'a>> {
         v.iter()
