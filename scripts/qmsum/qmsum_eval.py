@@ -762,8 +762,11 @@ def run() -> int:
                 for rq in per_query
                 if rq["gold_turns"]
             ]
+            # Some gold turn held verbatim: what an agent-memory benchmark asks of a window.
+            hit = [1.0 if rq["budgets"][str(b)][meth]["strict"] else 0.0 for rq in per_query if rq["gold_turns"]]
             rb[for_name if meth == "for" else meth] = {
                 "strict": mean(strict),
+                "hit": mean(hit),
                 "text": mean(text),
                 "gold_text_share": mean(share),
                 "mean_tokens": mean(toks),
@@ -846,8 +849,8 @@ def markdown(r: dict) -> str:
         "ceiling": "ceiling: gold turns, shortest first (reference)",
     }
     lines += [
-        "| budget | method | strict | text | gold text held | window tokens |",
-        "|--:|---|--:|--:|--:|--:|",
+        "| budget | method | strict | text | gold text held | any gold turn | window tokens |",
+        "|--:|---|--:|--:|--:|--:|--:|",
     ]
     order = [m for m in ["strata", "mock", "bm25", "bm25_fill", "ceiling"] if m in meths]
     for b in budgets:
@@ -855,11 +858,12 @@ def markdown(r: dict) -> str:
             x = r["recall"][b][m]
             lines.append(
                 f"| {int(b):,} | {label[m]} | {pct(x['strict'])} | {pct(x['text'])} "
-                f"| {pct(x['gold_text_share'])} | {x['mean_tokens']:.0f} |"
+                f"| {pct(x['gold_text_share'])} | {pct(x.get('hit'))} | {x['mean_tokens']:.0f} |"
             )
     lines += [
         "",
-        "(gold text held: the share of the gold turns' bytes that are in the window verbatim, "
+        "(any gold turn: the share of queries with at least one gold turn held strictly; "
+        "gold text held: the share of the gold turns' bytes that are in the window verbatim, "
         "mean over queries.)",
     ]
     if s["for_impl"] == "none":
