@@ -95,6 +95,22 @@ pub(crate) struct Grep<'a> {
     pub(crate) limit: usize,
 }
 
+/// [`Index::space`]: bytes of the live segments by component.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct IndexSpace {
+    pub total: u64,
+    /// Term dictionaries.
+    pub terms: u64,
+    pub postings: u64,
+    /// Term positions (phrase queries).
+    pub positions: u64,
+    /// Fast fields and field norms.
+    pub fast_fields: u64,
+    /// The document store (stored fields).
+    pub stored: u64,
+    pub deletes: u64,
+}
+
 pub struct Index {
     index: tantivy::Index,
     reader: IndexReader,
@@ -431,6 +447,23 @@ impl Index {
             .iter()
             .map(|r| u64::from(r.num_deleted_docs()))
             .sum()
+    }
+
+    /// Where the index's bytes go (tantivy's own accounting of its live segments).
+    pub fn space(&self) -> Result<IndexSpace> {
+        let u = self.reader.searcher().space_usage().map_err(ierr)?;
+        let mut s = IndexSpace::default();
+        for seg in u.segments() {
+            s.terms += seg.termdict().total().get_bytes();
+            s.postings += seg.postings().total().get_bytes();
+            s.positions += seg.positions().total().get_bytes();
+            s.fast_fields +=
+                seg.fast_fields().total().get_bytes() + seg.fieldnorms().total().get_bytes();
+            s.stored += seg.store().total().get_bytes();
+            s.deletes += seg.deletes().get_bytes();
+        }
+        s.total = u.total().get_bytes();
+        Ok(s)
     }
 
     /// Number of indexed nodes.

@@ -65,9 +65,11 @@ pub use clock::unix_now;
 pub use config::Config;
 pub use context::{ContextWindow, LevelChoice};
 pub use engine::{
-    Ask, Engine, ForgetReport, GcReport, GrepHit, IngestReport, ScopeStats, Stats, View,
+    Ask, Bytes, Engine, ForgetReport, GcReport, GrepHit, IngestReport, LevelBytes, ScopeStats,
+    Stats, View,
 };
 pub use error::{Error, ModelError, Result};
+pub use index::IndexSpace;
 pub use level::{Level, PerLevel};
 pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
 pub use navigate::{Budget, Budgets, Citation, QueryResult, Step, Stop};

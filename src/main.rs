@@ -172,7 +172,7 @@ fn run_command(
         }
         Cmd::Serve { addr } => serve(engine.clone(), rt, addr),
         Cmd::Mcp => mcp(engine.clone(), rt),
-        Cmd::Stats => stats(engine, now, json),
+        Cmd::Stats { bytes } => stats(engine, now, bytes, json),
         Cmd::Forget { scope, sources } => forget(engine, &scope, &sources, now, json),
         Cmd::Gc => gc(engine, now, json),
         Cmd::Reindex => reindex(engine, json),
@@ -581,11 +581,77 @@ fn mcp(engine: std::sync::Arc<Engine>, rt: &tokio::runtime::Runtime) -> Result<(
     Ok(())
 }
 
+/// `stats --bytes`: where the bytes go, largest parts named.
+fn print_bytes(b: &strata::Bytes) -> Result<()> {
+    let pct = |x: u64| {
+        if b.source_text == 0 {
+            String::new()
+        } else {
+            format!(" ({:.2}x the sources)", x as f64 / b.source_text as f64)
+        }
+    };
+    out!(
+        "bytes: store on disk {}{}, index {}{}",
+        human_bytes(b.disk),
+        pct(b.disk),
+        human_bytes(b.index.total),
+        pct(b.index.total)
+    );
+    out!(
+        "  source texts        {:>10}  ({} sources)",
+        human_bytes(b.source_text),
+        b.sources
+    );
+    for (level, l) in b.levels.iter() {
+        if l.nodes > 0 {
+            out!(
+                "  {:<8} nodes      {:>10}  text {} in {} nodes",
+                level.name(),
+                human_bytes(l.encoded),
+                human_bytes(l.text),
+                l.nodes
+            );
+        }
+    }
+    if b.embeddings > 0 {
+        out!(
+            "  vectors             {:>10}  ({} stored)",
+            human_bytes(b.embedding_bytes),
+            b.embeddings
+        );
+    }
+    out!(
+        "  store overhead      {:>10}  (keys, expiry and pending sets, views, jobs, the storage engine's own)",
+        human_bytes(b.store_overhead)
+    );
+    let i = &b.index;
+    out!(
+        "  index: terms {}, postings {}, positions {}, fast fields {}, stored fields {}",
+        human_bytes(i.terms),
+        human_bytes(i.postings),
+        human_bytes(i.positions),
+        human_bytes(i.fast_fields),
+        human_bytes(i.stored)
+    );
+    Ok(())
+}
+
 /// `strata stats`: the store, the index, and every scope's tree.
-fn stats(engine: &Engine, now: u64, json: bool) -> Result<()> {
+fn stats(engine: &Engine, now: u64, bytes: bool, json: bool) -> Result<()> {
     let s = engine.stats(now)?;
+    let b = if bytes { Some(engine.bytes()?) } else { None };
     if json {
-        return print_json(&s);
+        return match b {
+            Some(b) => {
+                let mut v = serde_json::to_value(&s)?;
+                v["bytes"] = serde_json::to_value(&b)?;
+                print_json(&v)
+            }
+            None => print_json(&s),
+        };
+    }
+    if let Some(b) = &b {
+        print_bytes(b)?;
     }
     let index = if s.unindexed > 0 {
         format!(

@@ -132,7 +132,13 @@ pub enum Cmd {
     /// sub_query, execute_analysis, context, query, grep, peek, forget) until stdin closes.
     Mcp,
     /// Scopes, levels, nodes, index and disk usage.
-    Stats,
+    Stats {
+        /// Also where the bytes go: source texts, each level's nodes (text and whole
+        /// records), vectors, the store's own overhead, the index by component. Reads every
+        /// record once.
+        #[arg(long)]
+        bytes: bool,
+    },
     /// Remove sources (none named: the whole scope) with every node derived from them,
     /// from the store and the index; the rest of the scope is rebuilt on the next compress
     /// or read. Says what it removed.
@@ -163,7 +169,7 @@ impl Cmd {
     pub fn reads_only(&self) -> bool {
         matches!(
             self,
-            Cmd::Stats
+            Cmd::Stats { .. }
                 | Cmd::Context { .. }
                 | Cmd::Query { .. }
                 | Cmd::Grep { .. }

@@ -31,6 +31,33 @@ pub struct Stats {
     pub replicas: Vec<crate::store::ReplicaStatus>,
 }
 
+/// [`Engine::bytes`]: where the bytes of a store and its index go.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Bytes {
+    /// The store on disk (sled's files, or PostgreSQL's tables).
+    pub disk: u64,
+    /// Source texts as ingested, and how many.
+    pub sources: u64,
+    pub source_text: u64,
+    /// Nodes by level: count, bytes of their text, bytes of the whole record encoded.
+    pub levels: crate::level::PerLevel<LevelBytes>,
+    /// Node vectors stored (every embedder), and their bytes as f32 (the first node's
+    /// dimension under the configured embedder; 0 without one).
+    pub embeddings: u64,
+    pub embedding_bytes: u64,
+    /// What the store's files hold beyond the records above: keys, the expiry and pending
+    /// sets, views, jobs, and the storage engine's own overhead.
+    pub store_overhead: u64,
+    pub index: crate::index::IndexSpace,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LevelBytes {
+    pub nodes: u64,
+    pub text: u64,
+    pub encoded: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ScopeStats {
     pub scope: String,
@@ -77,6 +104,47 @@ impl Engine {
             live_by_level: live,
             stale,
         })
+    }
+
+    /// Where the store's and the index's bytes go (`strata stats --bytes`): reads every
+    /// source text and every node once, so it takes as long as a full scan.
+    pub fn bytes(&self) -> Result<Bytes> {
+        let mut b = Bytes {
+            disk: self.store.size_on_disk(),
+            ..Bytes::default()
+        };
+        for rec in self.store.scopes()? {
+            for s in &rec.sources {
+                if let Some(t) = self.store.get_text(&rec.name, &s.id)? {
+                    b.sources += 1;
+                    b.source_text += t.len() as u64;
+                }
+            }
+        }
+        let ids = self.store.node_ids()?;
+        for part in ids.chunks(512) {
+            for n in self.store.get_nodes(part)?.into_iter().flatten() {
+                let l = &mut b.levels[n.level];
+                l.nodes += 1;
+                l.text += n.text.len() as u64;
+                l.encoded += crate::store::record_bytes(&n);
+            }
+        }
+        b.embeddings = self.store.n_embeddings() as u64;
+        if let Some(id) = ids.first()
+            && let Some(e) = &self.embedder
+            && let Some(v) = self
+                .store
+                .get_embedding(crate::store::EmbedKey::of(&e.identity()), id)?
+        {
+            b.embedding_bytes = b.embeddings * 4 * v.len() as u64;
+        }
+        b.index = self.index.space()?;
+        let logical = b.source_text
+            + b.levels.iter().map(|(_, l)| l.encoded).sum::<u64>()
+            + b.embedding_bytes;
+        b.store_overhead = b.disk.saturating_sub(logical);
+        Ok(b)
     }
 
     pub fn stats(&self, now: u64) -> Result<Stats> {

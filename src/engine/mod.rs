@@ -14,7 +14,7 @@ mod query;
 pub use forget::ForgetReport;
 pub use ingest::IngestReport;
 pub use levels::View;
-pub use maintain::{GcReport, ScopeStats, Stats};
+pub use maintain::{Bytes, GcReport, LevelBytes, ScopeStats, Stats};
 pub use query::{Ask, GrepHit};
 
 use crate::config::Config;

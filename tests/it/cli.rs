@@ -119,6 +119,41 @@ fn cli_end_to_end_with_json() {
     let (code, out, _) = strata(db, &["stats"]);
     assert_eq!(code, 0);
     assert!(out.contains("debate (Debate): 176 sources"), "{out}");
+    // Where the bytes go: every turn's text once, each level's nodes, the index.
+    let (code, out, err) = strata(db, &["--json", "stats", "--bytes"]);
+    assert_eq!(code, 0, "{err}");
+    let b = &serde_json::from_str::<serde_json::Value>(&out).unwrap()["bytes"];
+    assert_eq!(b["sources"], 176, "{b}");
+    let turns: u64 = std::fs::read_to_string(repo().join("data/debate.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["text"].as_str().unwrap().len() as u64
+        })
+        .sum();
+    assert_eq!(b["source_text"].as_u64().unwrap(), turns, "{b}");
+    let full = &b["levels"][0];
+    assert_eq!(full["nodes"], 176, "one FULL chunk per turn: {b}");
+    assert!(full["text"].as_u64().unwrap() >= turns, "{b}");
+    assert!(full["encoded"].as_u64().unwrap() > full["text"].as_u64().unwrap());
+    assert!(
+        b["levels"][4]["nodes"].as_u64().unwrap() > 0,
+        "METADATA nodes: {b}"
+    );
+    let i = &b["index"];
+    assert!(
+        i["total"].as_u64().unwrap()
+            >= i["postings"].as_u64().unwrap() + i["stored"].as_u64().unwrap()
+    );
+    assert!(b["disk"].as_u64().unwrap() > 0);
+    let (code, out, _) = strata(db, &["stats", "--bytes"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("source texts") && out.contains("index: terms"),
+        "{out}"
+    );
     let (code, out, _) = strata(
         db,
         &["grep", "--scope", "debate", "--level", "full", "Kessling"],

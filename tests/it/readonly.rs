@@ -144,6 +144,7 @@ fn read_only_commands_write_nothing_and_leave_index_work_to_the_next_writer() {
     let commands: Vec<Vec<&str>> = vec![
         vec!["stats"],
         vec!["--json", "stats"],
+        vec!["stats", "--bytes"],
         vec!["context", "--scope", "deb", "--budget", "1500"],
         vec![
             "context", "--scope", "docs", "--level", "summary", "--budget", "800",

@@ -376,6 +376,16 @@ pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The bytes a node's record takes as stored (format version byte and bincode; keys and
+/// the storage engine's overhead aside): what `strata stats --bytes` adds up.
+pub fn record_bytes(node: &Node) -> u64 {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    match bincode::serde::encode_into_writer(node, &mut size, bincode::config::standard()) {
+        Ok(()) => 1 + size.bytes_written as u64,
+        Err(_) => 0,
+    }
+}
+
 /// A value [`encode`] wrote, by this strata or an older one ([`Record::decode_old`]).
 pub(crate) fn decode<T: Record>(what: &str, bytes: &[u8]) -> Result<T> {
     let corrupt = |e: bincode::error::DecodeError| Error::DataCorruption(format!("{what}: {e}"));
