@@ -598,14 +598,15 @@ fn print_bytes(b: &strata::Bytes) -> Result<()> {
         pct(b.index.total)
     );
     out!(
-        "  source texts        {:>10}  ({} sources)",
+        "  source texts        {:>10}  stored, {} of text in {} sources",
+        human_bytes(b.source_stored),
         human_bytes(b.source_text),
         b.sources
     );
     for (level, l) in b.levels.iter() {
         if l.nodes > 0 {
             out!(
-                "  {:<8} nodes      {:>10}  text {} in {} nodes",
+                "  {:<8} nodes      {:>10}  stored, {} of text in {} nodes",
                 level.name(),
                 human_bytes(l.encoded),
                 human_bytes(l.text),

@@ -36,10 +36,12 @@ pub struct Stats {
 pub struct Bytes {
     /// The store on disk (sled's files, or PostgreSQL's tables).
     pub disk: u64,
-    /// Source texts as ingested, and how many.
+    /// Source texts as ingested, and how many; what they take as stored (compressed).
     pub sources: u64,
     pub source_text: u64,
-    /// Nodes by level: count, bytes of their text, bytes of the whole record encoded.
+    pub source_stored: u64,
+    /// Nodes by level: count, bytes of their text, bytes of the whole record as stored
+    /// (compressed where that pays).
     pub levels: crate::level::PerLevel<LevelBytes>,
     /// Node vectors stored (every embedder), and their bytes as f32 (the first node's
     /// dimension under the configured embedder; 0 without one).
@@ -118,6 +120,7 @@ impl Engine {
                 if let Some(t) = self.store.get_text(&rec.name, &s.id)? {
                     b.sources += 1;
                     b.source_text += t.len() as u64;
+                    b.source_stored += crate::store::record_bytes(&t);
                 }
             }
         }
@@ -140,7 +143,7 @@ impl Engine {
             b.embedding_bytes = b.embeddings * 4 * v.len() as u64;
         }
         b.index = self.index.space()?;
-        let logical = b.source_text
+        let logical = b.source_stored
             + b.levels.iter().map(|(_, l)| l.encoded).sum::<u64>()
             + b.embedding_bytes;
         b.store_overhead = b.disk.saturating_sub(logical);

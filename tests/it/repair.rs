@@ -13,7 +13,14 @@ fn repair_salvages_a_store_with_a_lost_blob() {
     let files: Vec<PathBuf> = (0..6)
         .map(|i| {
             let p = dir.path().join(format!("doc{i}.txt"));
-            let text = format!("Document {i} speaks of lanterns number {i}. ").repeat(6000);
+            // Numbers that do not repeat, so that the text stays large once compressed.
+            let mut x: u64 = 0x9e37_79b9 + i;
+            let text: String = (0..12_000)
+                .map(|k| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    format!("Document {i} lantern {k} weighs {} grams. ", x >> 40)
+                })
+                .collect();
             std::fs::write(&p, text).unwrap();
             p
         })

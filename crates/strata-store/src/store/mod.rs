@@ -361,48 +361,82 @@ pub struct Store {
     generation: Arc<AtomicU64>,
 }
 
-/// A value as the backends keep it: its type's format version byte, then bincode.
+/// A value as the backends keep it: its type's format version byte, then bincode — or,
+/// for a body of at least [`COMPRESS_FROM`] bytes that zstd shrinks by a tenth or more, the
+/// version byte with [`COMPRESSED`] set, then the zstd frame of the body. Texts (sources,
+/// nodes) and long scope records shrink several times over; small records stay plain.
 pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
-    // Sized first, then encoded straight after the version byte: a source's text is
-    // copied once, into a buffer of the right size.
     let bad =
         |e: bincode::error::EncodeError| Error::DataCorruption(format!("cannot encode value: {e}"));
     let config = bincode::config::standard();
     let mut size = bincode::enc::write::SizeWriter::default();
     bincode::serde::encode_into_writer(v, &mut size, config).map_err(bad)?;
+    if size.bytes_written >= COMPRESS_FROM {
+        let body = bincode::serde::encode_to_vec(v, config).map_err(bad)?;
+        let packed = zstd::bulk::compress(&body, COMPRESSION_LEVEL)
+            .map_err(|e| Error::DataCorruption(format!("cannot compress value: {e}")))?;
+        if packed.len() * 10 <= body.len() * 9 {
+            let mut out = Vec::with_capacity(1 + packed.len());
+            out.push(T::VERSION | COMPRESSED);
+            out.extend_from_slice(&packed);
+            return Ok(out);
+        }
+        let mut out = Vec::with_capacity(1 + body.len());
+        out.push(T::VERSION);
+        out.extend_from_slice(&body);
+        return Ok(out);
+    }
+    // Sized first, then encoded straight after the version byte.
     let mut out = Vec::with_capacity(1 + size.bytes_written);
     out.push(T::VERSION);
     bincode::serde::encode_into_std_write(v, &mut out, config).map_err(bad)?;
     Ok(out)
 }
 
-/// The bytes a node's record takes as stored (format version byte and bincode; keys and
-/// the storage engine's overhead aside): what `strata stats --bytes` adds up.
-pub fn record_bytes(node: &Node) -> u64 {
-    let mut size = bincode::enc::write::SizeWriter::default();
-    match bincode::serde::encode_into_writer(node, &mut size, bincode::config::standard()) {
-        Ok(()) => 1 + size.bytes_written as u64,
-        Err(_) => 0,
-    }
+/// The version byte's flag for a zstd-compressed body (format versions stay below it).
+const COMPRESSED: u8 = 0x80;
+/// Bodies shorter than this are never compressed.
+const COMPRESS_FROM: usize = 256;
+/// zstd's level: a fast one (records are written on the append path).
+const COMPRESSION_LEVEL: i32 = 3;
+/// A compressed body never decompresses to more than this (a corrupt frame cannot ask
+/// for more memory).
+const MAX_DECOMPRESSED: usize = 1 << 30;
+
+/// The bytes a record (a node, a source's text) takes as stored: format byte and body,
+/// compressed where [`encode`] compresses it; keys and the storage engine's overhead
+/// aside. What `strata stats --bytes` adds up.
+pub fn record_bytes<T: Record>(v: &T) -> u64 {
+    encode(v).map_or(0, |v| v.len() as u64)
 }
 
 /// A value [`encode`] wrote, by this strata or an older one ([`Record::decode_old`]).
 pub(crate) fn decode<T: Record>(what: &str, bytes: &[u8]) -> Result<T> {
     let corrupt = |e: bincode::error::DecodeError| Error::DataCorruption(format!("{what}: {e}"));
-    match bytes.split_first() {
-        Some((&v, body)) if v == T::VERSION => {
-            let (v, _) = bincode::serde::decode_from_slice(body, bincode::config::standard())
-                .map_err(corrupt)?;
-            Ok(v)
+    let unpacked;
+    let (v, body) = match bytes.split_first() {
+        Some((&v, packed)) if v & COMPRESSED != 0 => {
+            unpacked = zstd::bulk::decompress(packed, MAX_DECOMPRESSED).map_err(|e| {
+                Error::DataCorruption(format!(
+                    "{what}: a compressed value that does not decompress: {e}"
+                ))
+            })?;
+            (v & !COMPRESSED, unpacked.as_slice())
         }
-        Some((&v, body)) => match T::decode_old(v, body) {
-            Some(r) => r.map_err(corrupt),
-            None => Err(Error::DataCorruption(format!(
-                "{what}: format version {v}, this strata reads {}",
-                T::versions_read()
-            ))),
-        },
-        None => Err(Error::DataCorruption(format!("{what}: empty value"))),
+        Some((&v, body)) => (v, body),
+        None => return Err(Error::DataCorruption(format!("{what}: empty value"))),
+    };
+    if v == T::VERSION {
+        let (v, _) = bincode::serde::decode_from_slice(body, bincode::config::standard())
+            .map_err(corrupt)?;
+        return Ok(v);
+    }
+    match T::decode_old(v, body) {
+        Some(r) => r.map_err(corrupt),
+        None => Err(Error::DataCorruption(format!(
+            "{what}: format version {v}, this strata reads {}",
+            T::versions_read()
+        ))),
     }
 }
 
@@ -788,5 +822,43 @@ impl Store {
 
     pub fn size_on_disk(&self) -> u64 {
         self.backend.size_on_disk()
+    }
+}
+
+#[cfg(test)]
+mod encoding_tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_stored_compressed_and_read_back_whole() {
+        let text = "The harbour levy was capped at forty million. ".repeat(200);
+        let v = encode(&text).unwrap();
+        assert_eq!(v[0], <String as Record>::VERSION | COMPRESSED);
+        assert!(v.len() * 5 < text.len(), "{} of {}", v.len(), text.len());
+        assert_eq!(decode::<String>("text", &v).unwrap(), text);
+        // Short values stay plain, byte for byte what a strata before compression wrote.
+        let short = "Aye.".to_string();
+        let v = encode(&short).unwrap();
+        assert_eq!(v[0], <String as Record>::VERSION);
+        assert_eq!(v, record::v1::encode(&short));
+        assert_eq!(decode::<String>("text", &v).unwrap(), short);
+        // A long value written plain (by an older strata) still reads.
+        assert_eq!(
+            decode::<String>("text", &record::v1::encode(&text)).unwrap(),
+            text
+        );
+    }
+
+    #[test]
+    fn a_damaged_compressed_value_is_data_corruption_not_a_panic() {
+        let text = "A long enough value to be compressed, said many times. ".repeat(50);
+        let mut v = encode(&text).unwrap();
+        let n = v.len();
+        v[n / 2] ^= 0xff;
+        v.truncate(n - 3);
+        match decode::<String>("source s", &v) {
+            Err(Error::DataCorruption(m)) => assert!(m.starts_with("source s: "), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
