@@ -43,8 +43,8 @@ pub struct Bytes {
     /// Nodes by level: count, bytes of their text, bytes of the whole record as stored
     /// (compressed where that pays).
     pub levels: crate::level::PerLevel<LevelBytes>,
-    /// Node vectors stored (every embedder), and their bytes as f32 (the first node's
-    /// dimension under the configured embedder; 0 without one).
+    /// Node vectors stored (every embedder), and their bytes as f32 (at the dimension of
+    /// the configured embedder's vectors; 0 without one).
     pub embeddings: u64,
     pub embedding_bytes: u64,
     /// What the store's files hold beyond the records above: keys, the expiry and pending
@@ -134,13 +134,16 @@ impl Engine {
             }
         }
         b.embeddings = self.store.n_embeddings() as u64;
-        if let Some(id) = ids.first()
-            && let Some(e) = &self.embedder
-            && let Some(v) = self
-                .store
-                .get_embedding(crate::store::EmbedKey::of(&e.identity()), id)?
+        if let Some(e) = &self.embedder
+            && b.embeddings > 0
         {
-            b.embedding_bytes = b.embeddings * 4 * v.len() as u64;
+            let key = crate::store::EmbedKey::of(&e.identity());
+            for id in &ids {
+                if let Some(v) = self.store.get_embedding(key, id)? {
+                    b.embedding_bytes = b.embeddings * 4 * v.len() as u64;
+                    break;
+                }
+            }
         }
         b.index = self.index.space()?;
         let logical = b.source_stored

@@ -369,27 +369,24 @@ pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
     let bad =
         |e: bincode::error::EncodeError| Error::DataCorruption(format!("cannot encode value: {e}"));
     let config = bincode::config::standard();
+    // Sized first, then encoded once, straight after the version byte (a source's text
+    // is copied once, into a buffer of the right size); a long body is then compressed
+    // from that buffer, and kept plain when that does not pay.
     let mut size = bincode::enc::write::SizeWriter::default();
     bincode::serde::encode_into_writer(v, &mut size, config).map_err(bad)?;
-    if size.bytes_written >= COMPRESS_FROM {
-        let body = bincode::serde::encode_to_vec(v, config).map_err(bad)?;
-        let packed = zstd::bulk::compress(&body, COMPRESSION_LEVEL)
-            .map_err(|e| Error::DataCorruption(format!("cannot compress value: {e}")))?;
-        if packed.len() * 10 <= body.len() * 9 {
-            let mut out = Vec::with_capacity(1 + packed.len());
-            out.push(T::VERSION | COMPRESSED);
-            out.extend_from_slice(&packed);
-            return Ok(out);
-        }
-        let mut out = Vec::with_capacity(1 + body.len());
-        out.push(T::VERSION);
-        out.extend_from_slice(&body);
-        return Ok(out);
-    }
-    // Sized first, then encoded straight after the version byte.
     let mut out = Vec::with_capacity(1 + size.bytes_written);
     out.push(T::VERSION);
     bincode::serde::encode_into_std_write(v, &mut out, config).map_err(bad)?;
+    if size.bytes_written >= COMPRESS_FROM {
+        let packed = zstd::bulk::compress(&out[1..], COMPRESSION_LEVEL)
+            .map_err(|e| Error::DataCorruption(format!("cannot compress value: {e}")))?;
+        if packed.len() * 10 <= size.bytes_written * 9 {
+            out.clear();
+            out.push(T::VERSION | COMPRESSED);
+            out.extend_from_slice(&packed);
+            out.shrink_to_fit();
+        }
+    }
     Ok(out)
 }
 
