@@ -122,6 +122,8 @@ pub struct Index {
     live_tokens: Mutex<Option<(u64, u64)>>,
     /// FULL chunks' sentences as analysed for scoring ([`Index::sentences_of`]).
     sentences: Mutex<SentenceCache>,
+    /// Opened by [`Index::open_overlay`]: every write stays in memory.
+    overlay: bool,
 }
 
 /// A sentence of a chunk as the navigator scores it: its span without the surrounding
@@ -294,6 +296,31 @@ impl Index {
         Ok((Self::from_index(index, f)?, true))
     }
 
+    /// The index in `dir` as [`Index::open_existing`] would open it, but every write to it
+    /// (upserts, deletes, commits) kept in memory and lost at drop: the disk is read,
+    /// never written ([`overlay::Overlay`]). For a command that only reads when a writer
+    /// left index work pending: applied here, its searches see every stored node.
+    pub(crate) fn open_overlay(dir: &Path) -> Result<Option<Index>> {
+        let (schema, f) = schema();
+        if !dir.join("meta.json").exists() {
+            return Ok(None);
+        }
+        let directory = overlay::Overlay::open(dir).map_err(ierr)?;
+        match tantivy::Index::open(directory) {
+            Ok(i) if i.schema() == schema => {
+                let mut index = Self::from_index(i, f)?;
+                index.overlay = true;
+                Ok(Some(index))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether writes to this index stay in memory ([`Index::open_overlay`]).
+    pub(crate) fn is_overlay(&self) -> bool {
+        self.overlay
+    }
+
     /// An index in memory (tests, benchmarks).
     pub fn in_memory() -> Result<Index> {
         let (schema, f) = schema();
@@ -313,6 +340,7 @@ impl Index {
             f,
             live_tokens: Mutex::new(None),
             sentences: Mutex::new(SentenceCache::default()),
+            overlay: false,
         })
     }
 
@@ -719,6 +747,8 @@ impl Index {
         Ok(hits)
     }
 }
+
+mod overlay;
 
 #[cfg(test)]
 mod tests;

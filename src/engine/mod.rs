@@ -126,19 +126,34 @@ impl Engine {
             drop(index);
             return Engine::open(dir, cfg);
         }
-        let mut e = Engine::from_parts(store, index, cfg)?;
-        e.dir = Some(dir.to_path_buf());
-        e.read_only.store(true, Ordering::Relaxed);
         // Only the pending set is looked at: counting the store's nodes to compare with
         // the index's documents (what a writer's open does) reads every node record, a
         // fifth of a read-only command's time on a large store. `strata stats` reports
-        // both counts.
-        let pending = e.store.n_pending_index();
-        if pending > 0 {
-            tracing::warn!(
-                pending,
-                "the index is behind the store: searches miss the difference until the next \
-                 command that writes (e.g. `strata reindex`)"
+        // both counts. Work a writer left pending is applied to the index in memory
+        // ([`Index::open_overlay`]): searches see every stored node, the disk is not
+        // written, and the marks stay for the next writer.
+        let pending = store.n_pending_index();
+        let index = if pending > 0 {
+            drop(index);
+            match Index::open_overlay(&dir.join("index"))? {
+                Some(overlay) => overlay,
+                None => {
+                    drop(store);
+                    return Engine::open(dir, cfg);
+                }
+            }
+        } else {
+            index
+        };
+        let mut e = Engine::from_parts(store, index, cfg)?;
+        e.dir = Some(dir.to_path_buf());
+        e.read_only.store(true, Ordering::Relaxed);
+        if pending > 0 && e.index.is_overlay() {
+            let n = e.apply_pending()?;
+            tracing::info!(
+                n,
+                "index work a writer left pending applied in memory (the next command that \
+                 writes, e.g. `strata reindex`, does it on disk)"
             );
         }
         Ok(e)
@@ -287,14 +302,42 @@ impl Engine {
     /// Returns how many node changes it applied.
     /// An engine opened read-only that has written nothing leaves the pending work to
     /// the next writer and returns 0.
+    /// An engine whose index keeps its writes in memory ([`Index::open_overlay`]: opened
+    /// read-only with work pending) applies the marks there and leaves them in place.
     pub fn sync_index(&self) -> Result<usize> {
+        if self.index.is_overlay() {
+            return self.apply_pending();
+        }
         if self.is_read_only() {
             return Ok(0);
         }
+        self.apply_and_clear_pending()
+    }
+
+    /// Applies the pending marks to an index that keeps its writes in memory and commits
+    /// it there; the marks stay.
+    fn apply_pending(&self) -> Result<usize> {
+        debug_assert!(self.index.is_overlay());
+        let _g = self.index_sync.lock().expect("index sync lock poisoned");
+        let pending = self.store.pending_index()?;
+        self.apply(&pending)?;
+        Ok(pending.len())
+    }
+
+    fn apply_and_clear_pending(&self) -> Result<usize> {
         let _g = self.index_sync.lock().expect("index sync lock poisoned");
         let pending = self.store.pending_index()?;
         if pending.is_empty() {
             return Ok(0);
+        }
+        self.apply(&pending)?;
+        self.store.clear_pending_index(&pending)?;
+        Ok(pending.len())
+    }
+
+    fn apply(&self, pending: &[crate::store::PendingMark]) -> Result<()> {
+        if pending.is_empty() {
+            return Ok(());
         }
         for batch in pending.chunks(4096) {
             let mut nodes = Vec::with_capacity(batch.len());
@@ -309,9 +352,7 @@ impl Engine {
             self.index.delete(&gone)?;
             self.index.upsert(&nodes)?;
         }
-        self.index.commit()?;
-        self.store.clear_pending_index(&pending)?;
-        Ok(pending.len())
+        self.index.commit()
     }
 
     /// Refuses a write of about `input` bytes before it begins when the store's file
