@@ -98,8 +98,9 @@ impl Engine {
 
     /// Opens the store and index under `dir` for a command that only reads (`stats`,
     /// `context`, `query`, `grep`, `trace`): nothing of strata's is written — no index
-    /// catch-up or commit (index work a writer left pending is reported by
-    /// [`Engine::stats`] as `unindexed` and done by the next writer), no flush — unless
+    /// catch-up or commit on disk (index work a writer left pending is applied to the
+    /// index in memory, so searches see every stored node; [`Engine::stats`] reports it
+    /// as `unindexed` and the next writer does it on disk), no flush — unless
     /// the command must write after all: context and query build missing or expired
     /// levels first, as with [`Engine::open`]. What sled writes at every open is in
     /// `SledBackend::open_read_only`. A missing or unreadable index is rebuilt as by

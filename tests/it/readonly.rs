@@ -6,7 +6,8 @@
 //! mtime); at the first open after a writer, a new snapshot of its log (`snap.*`); and, at
 //! any open, the cut of whole free segments off the log's tail that a writer's exit left
 //! undone (sled truncates asynchronously; the bytes it keeps are unchanged).
-//! Index work a writer left pending is reported by `stats`, and done by the next writer.
+//! Index work a writer left pending is reported by `stats`, applied in memory by a reader
+//! (its searches see it; the disk is not written), and done on disk by the next writer.
 
 use crate::support::*;
 use serde_json::Value;
@@ -58,7 +59,7 @@ fn tail_cut(before: &FileState, after: &FileState) -> bool {
     let len = after.len as usize;
     after.len < before.len
         && len > 0
-        && len % CUT == 0
+        && len.is_multiple_of(CUT)
         && before.prefixes.get(len / CUT - 1) == Some(&after.hash)
 }
 
@@ -148,10 +149,9 @@ fn read_only_commands_write_nothing_and_leave_index_work_to_the_next_writer() {
     let trace_s = trace.to_str().unwrap().to_string();
     let html = dir.path().join("q.html");
 
-    let mut pending = 0;
     // A writer that leaves index work pending: a node stored again (as after an append,
-    // which is searchable only from the next build or query of a writer).
-    {
+    // whose chunks the index takes in at the next writer's build or query).
+    let pending = {
         let e = strata::Engine::open(&db, strata::Config::default()).unwrap();
         let id = e.plan("docs").unwrap().all_ids().next().unwrap();
         let node = e.store().get_node(&id).unwrap().unwrap();
@@ -171,9 +171,9 @@ fn read_only_commands_write_nothing_and_leave_index_work_to_the_next_writer() {
         }
         e.index().delete(&lost).unwrap();
         e.index().commit().unwrap();
-        pending = 1 + lost.len();
         e.store().flush().unwrap();
-    }
+        1 + lost.len()
+    };
 
     // The first open after a writer: sled writes a snapshot of its log, nothing else
     // changes (and nothing at all of the index).
