@@ -14,7 +14,7 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 963 of 1000 tokens, 22 node(s), 38 omitted
+            auto level, 962 of 1000 tokens, 22 node(s), 38 omitted
             nodes: full × 13, summary × 5, detailed × 4
             ## Overview (salient sentences)
             ## Round 39-43 (summary)
@@ -30,7 +30,7 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3964 of 4000 tokens, 93 node(s), 14 omitted
+            auto level, 3963 of 4000 tokens, 93 node(s), 14 omitted
             nodes: full × 60, summary × 29, full × 4
             ## Overview (salient sentences)
             ## Round 15-43 (summary)
