@@ -347,11 +347,15 @@ impl Index {
     fn with_writer<T>(&self, op: impl FnOnce(&mut IndexWriter) -> Result<T>) -> Result<T> {
         let mut guard = self.writer.lock().expect("index writer lock poisoned");
         if guard.is_none() {
-            *guard = Some(
-                self.index
-                    .writer_with_num_threads(1, 64_000_000)
-                    .map_err(ierr)?,
-            );
+            let w: IndexWriter = self
+                .index
+                .writer_with_num_threads(1, 64_000_000)
+                .map_err(ierr)?;
+            if self.overlay {
+                // A commit in memory must not merge the segments on disk into memory.
+                w.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
+            }
+            *guard = Some(w);
         }
         op(guard.as_mut().expect("just set"))
     }
