@@ -7,7 +7,7 @@
 use crate::clock::unix_now;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::expire::{SweeperGuard, spawn_sweeper, system_clock};
+use crate::expire::{SweeperGuard, system_clock};
 use crate::jobs::{JobHook, JobKind, Jobs, WorkerConfig, spawn_workers};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +42,8 @@ impl Service {
     /// [`Service::start`] with a hook told of every job's start and end (metrics).
     pub(crate) fn start_with(engine: Arc<Engine>, hook: JobHook) -> Result<Service> {
         let cfg = engine.config().server.clone();
+        // The job queue sits above the engine (it runs the engine's builds): the one
+        // place outside the engine that holds its store.
         let jobs = Arc::new(Jobs::open_with(
             engine.store().clone(),
             Duration::from_millis(cfg.job_lease_ms),
@@ -62,7 +64,7 @@ impl Service {
         // A sweep marks the nodes it removes as pending for the index in the same
         // transaction; applying the marks here keeps the index current (or the next open
         // does).
-        let sweeper = spawn_sweeper(engine.store().clone(), system_clock(), move |_ids| {
+        let sweeper = engine.spawn_sweeper(system_clock(), move |_ids| {
             if let Err(e) = sweep_engine.sync_index() {
                 tracing::warn!(error = %e, "cannot drop swept nodes from the index yet");
             }
@@ -113,7 +115,7 @@ impl Service {
             s.stop().await;
         }
         let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || engine.store().flush())
+        tokio::task::spawn_blocking(move || engine.flush())
             .await
             .map_err(|e| crate::error::Error::Internal(e.to_string()))??;
         Ok(())
@@ -151,7 +153,7 @@ async fn warm(engine: Arc<Engine>, jobs: Arc<Jobs>, ahead: u64, mut stop: watch:
 /// to the index (or rebuilds the index when it fell off the feed), and says every
 /// [`HEARTBEAT`] that this replica is alive. `None` for a store no other process writes.
 fn spawn_follower(engine: Arc<Engine>, mut stop: watch::Receiver<bool>) -> Option<JoinHandle<()>> {
-    let mut events = engine.store().events()?;
+    let mut events = engine.events()?;
     Some(tokio::spawn(async move {
         let mut beat = tokio::time::interval(HEARTBEAT);
         loop {
@@ -159,7 +161,7 @@ fn spawn_follower(engine: Arc<Engine>, mut stop: watch::Receiver<bool>) -> Optio
                 r = events.nodes.changed() => if r.is_err() { return },
                 _ = beat.tick() => {
                     let e = engine.clone();
-                    let r = tokio::task::spawn_blocking(move || e.store().heartbeat()).await;
+                    let r = tokio::task::spawn_blocking(move || e.heartbeat()).await;
                     if let Ok(Err(e)) = r {
                         tracing::warn!(error = %e, "cannot record this replica's heartbeat");
                     }
@@ -168,15 +170,7 @@ fn spawn_follower(engine: Arc<Engine>, mut stop: watch::Receiver<bool>) -> Optio
             }
             events.nodes.borrow_and_update();
             let e = engine.clone();
-            let r = tokio::task::spawn_blocking(move || {
-                if e.store().index_must_rebuild()? {
-                    tracing::warn!("this replica fell off the change feed: rebuilding its index");
-                    e.reindex()
-                } else {
-                    e.sync_index()
-                }
-            })
-            .await;
+            let r = tokio::task::spawn_blocking(move || e.follow_changes()).await;
             match r {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot apply the change feed yet"),

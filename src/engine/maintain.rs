@@ -239,3 +239,50 @@ impl Engine {
         Ok(n)
     }
 }
+
+/// What a long-lived process (`serve`, `mcp`, [`crate::service::Service`]) asks of the
+/// engine's store: the verbs, so that no caller outside the engine holds the store itself.
+impl Engine {
+    /// Durably writes everything written so far.
+    pub fn flush(&self) -> Result<()> {
+        self.store.flush()
+    }
+
+    /// Records that this process is alive, on a store other processes write.
+    pub fn heartbeat(&self) -> Result<()> {
+        self.store.heartbeat()
+    }
+
+    /// Wake-ups for the node changes other processes make (`None`: no other process
+    /// writes this store).
+    pub(crate) fn events(&self) -> Option<crate::store::Events> {
+        self.store.events()
+    }
+
+    /// Brings this engine's index up to what other processes wrote: the change feed
+    /// applied, or the index rebuilt when this replica fell off the feed. Returns how many
+    /// node changes it applied (a rebuild: how many nodes it indexed).
+    pub fn follow_changes(&self) -> Result<usize> {
+        if self.store.index_must_rebuild()? {
+            tracing::warn!("this replica fell off the change feed: rebuilding its index");
+            self.reindex()
+        } else {
+            self.sync_index()
+        }
+    }
+
+    /// The kind of scope `name` (`None`: no such scope).
+    pub fn scope_kind(&self, name: &str) -> Result<Option<ScopeKind>> {
+        Ok(self.store.get_scope(name)?.map(|r| r.kind))
+    }
+
+    /// Starts the sweeper of expired levels on this engine's store; `on_purge` is told
+    /// of the nodes each sweep removed.
+    pub(crate) fn spawn_sweeper(
+        &self,
+        clock: crate::expire::Clock,
+        on_purge: impl Fn(Vec<NodeId>) + Send + 'static,
+    ) -> crate::expire::SweeperGuard {
+        crate::expire::spawn_sweeper(self.store.clone(), clock, on_purge)
+    }
+}

@@ -107,7 +107,7 @@ pub(super) async fn forget_debate(
     // A scope of documents is no debate.
     let st = s.clone();
     let name = id.clone();
-    let kind = blocking(move || Ok(st.engine.store().get_scope(&name)?.map(|r| r.kind))).await?;
+    let kind = blocking(move || Ok(st.engine.scope_kind(&name)?)).await?;
     if kind != Some(ScopeKind::Debate) {
         return Err(unknown_scope(&id));
     }
