@@ -25,7 +25,7 @@ use crate::index::Index;
 use crate::model::{ChatModel, Embedder, Limiter, Models, Offline, SubModel};
 use crate::node::NodeId;
 use crate::plan::Plan;
-use crate::store::{ScopeRecord, Store};
+use crate::store::{PendingMark, ScopeRecord, Store};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +52,9 @@ pub struct Engine {
     forgets: crate::build::Forgets,
     /// Serialises [`Engine::sync_index`]: one pass applies and commits at a time.
     index_sync: std::sync::Mutex<()>,
+    /// The pending marks (node, generation) already applied to an index that keeps its
+    /// writes in memory ([`Index::open_overlay`]): each is applied once per process.
+    applied_in_memory: std::sync::Mutex<std::collections::HashSet<(NodeId, u64)>>,
     /// The store's directory (`None`: in memory), whose file system writes are checked
     /// against before they begin.
     dir: Option<PathBuf>,
@@ -149,7 +152,7 @@ impl Engine {
         let mut e = Engine::from_parts(store, index, cfg)?;
         e.dir = Some(dir.to_path_buf());
         e.read_only.store(true, Ordering::Relaxed);
-        if pending > 0 && e.index.is_overlay() {
+        if e.index.is_overlay() {
             let n = e.apply_pending()?;
             tracing::info!(
                 n,
@@ -227,6 +230,7 @@ impl Engine {
             write: std::sync::Mutex::new(()),
             forgets: Default::default(),
             index_sync: std::sync::Mutex::new(()),
+            applied_in_memory: std::sync::Mutex::default(),
             dir: None,
             read_only: AtomicBool::new(false),
             plans: Default::default(),
@@ -302,9 +306,9 @@ impl Engine {
     /// and before every query: the index never lags the store without the store knowing.
     /// Returns how many node changes it applied.
     /// An engine opened read-only that has written nothing leaves the pending work to
-    /// the next writer and returns 0.
-    /// An engine whose index keeps its writes in memory ([`Index::open_overlay`]: opened
-    /// read-only with work pending) applies the marks there and leaves them in place.
+    /// the next writer and returns 0 — unless it found work pending at open: its index
+    /// then keeps its writes in memory ([`Index::open_overlay`]), and the marks it has not
+    /// applied yet are applied there and left in place.
     pub fn sync_index(&self) -> Result<usize> {
         if self.index.is_overlay() {
             return self.apply_pending();
@@ -315,14 +319,21 @@ impl Engine {
         self.apply_and_clear_pending()
     }
 
-    /// Applies the pending marks to an index that keeps its writes in memory and commits
-    /// it there; the marks stay.
+    /// Applies the pending marks not applied yet to an index that keeps its writes in
+    /// memory and commits it there; the marks stay.
     fn apply_pending(&self) -> Result<usize> {
         debug_assert!(self.index.is_overlay());
         let _g = self.index_sync.lock().expect("index sync lock poisoned");
-        let pending = self.store.pending_index()?;
-        self.apply(&pending)?;
-        Ok(pending.len())
+        let mut applied = self.applied_in_memory.lock().expect("applied marks lock");
+        let new: Vec<PendingMark> = self
+            .store
+            .pending_index()?
+            .into_iter()
+            .filter(|m| !applied.contains(&(m.id, m.generation)))
+            .collect();
+        self.apply(&new)?;
+        applied.extend(new.iter().map(|m| (m.id, m.generation)));
+        Ok(new.len())
     }
 
     fn apply_and_clear_pending(&self) -> Result<usize> {
@@ -336,7 +347,7 @@ impl Engine {
         Ok(pending.len())
     }
 
-    fn apply(&self, pending: &[crate::store::PendingMark]) -> Result<()> {
+    fn apply(&self, pending: &[PendingMark]) -> Result<()> {
         if pending.is_empty() {
             return Ok(());
         }

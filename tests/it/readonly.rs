@@ -266,6 +266,13 @@ fn read_only_commands_write_nothing_and_leave_index_work_to_the_next_writer() {
         "pending chunks are not searchable: {out}"
     );
 
+    // A reader applies each pending mark once, at open; a later catch-up (every query
+    // asks for one) finds nothing new.
+    {
+        let e = strata::Engine::open_read_only(&db, strata::Config::default()).unwrap();
+        assert_eq!(e.sync_index().unwrap(), 0, "pending marks applied again");
+    }
+
     // The pending work is reported, not done, by a reader...
     let v: Value = serde_json::from_str(&ok(&db, &["--json", "stats"])).unwrap();
     assert_eq!(v["unindexed"], pending, "{v}");
