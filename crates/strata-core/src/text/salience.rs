@@ -201,19 +201,8 @@ pub fn phrases(units: &[Unit<'_>]) -> Vec<f64> {
             v
         })
         .collect();
-    let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (u, v) in units.iter().zip(&pairs) {
-        for p in v {
-            let e = pf.entry(p.as_str()).or_default();
-            if e.last() != Some(&u.passage) && !e.contains(&u.passage) {
-                e.push(u.passage);
-            }
-        }
-    }
-    let mut passages: Vec<usize> = units.iter().map(|u| u.passage).collect();
-    passages.sort_unstable();
-    passages.dedup();
-    let np = passages.len() as f64;
+    let pf = passages_holding(units, |i| pairs[i].iter().map(String::as_str));
+    let np = n_passages(units);
     let raw: Vec<f64> = pairs
         .iter()
         .map(|v| {
@@ -225,6 +214,32 @@ pub fn phrases(units: &[Unit<'_>]) -> Vec<f64> {
         })
         .collect();
     scale_to_mean_one(raw)
+}
+
+/// For each key the units yield (`keys(i)` for unit `i`), the passages holding it, each
+/// once, in the order first met.
+fn passages_holding<'a, I: Iterator<Item = &'a str>>(
+    units: &[Unit<'_>],
+    keys: impl Fn(usize) -> I,
+) -> HashMap<&'a str, Vec<usize>> {
+    let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, u) in units.iter().enumerate() {
+        for k in keys(i) {
+            let ps = pf.entry(k).or_default();
+            if ps.last() != Some(&u.passage) && !ps.contains(&u.passage) {
+                ps.push(u.passage);
+            }
+        }
+    }
+    pf
+}
+
+/// How many distinct passages the units come from.
+fn n_passages(units: &[Unit<'_>]) -> f64 {
+    let mut passages: Vec<usize> = units.iter().map(|u| u.passage).collect();
+    passages.sort_unstable();
+    passages.dedup();
+    passages.len() as f64
 }
 
 /// Whether a sentence asks: it ends with a question mark (closing quotes and brackets
@@ -266,20 +281,13 @@ pub fn features_of(
     }
     // Sentence and passage frequencies.
     let mut df: HashMap<&str, u32> = HashMap::new();
-    let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (u, b) in units.iter().zip(bags) {
+    for b in bags {
         for t in b.keys() {
             *df.entry(t).or_insert(0) += 1;
-            let ps = pf.entry(t).or_default();
-            if ps.last() != Some(&u.passage) && !ps.contains(&u.passage) {
-                ps.push(u.passage);
-            }
         }
     }
-    let mut passages: Vec<usize> = units.iter().map(|u| u.passage).collect();
-    passages.sort_unstable();
-    passages.dedup();
-    let np = passages.len() as f64;
+    let pf = passages_holding(units, |i| bags[i].keys().map(String::as_str));
+    let np = n_passages(units);
     let idf = |t: &str| (n as f64 / df[t] as f64).ln() + 1.0;
     let vectors: Vec<Vec<(&str, f64)>> = bags
         .iter()
