@@ -78,6 +78,19 @@ fn show(out: &mut String, what: &str, (code, v): (u16, Value)) {
     ));
 }
 
+/// POST, then wait for the job the write queued. A scope's index statistics (BM25's document
+/// counts) depend on how its builds fell: a node an append rebuilds stays counted as a deleted
+/// document until its segment merges, so three appends built one by one score a citation a
+/// little differently from three built in one job. Waiting for each fixes the history the
+/// snapshot sees; without it the snapshot depended on when the worker took each job.
+async fn settled(s: &Server, path: &str, body: Value) -> (u16, Value) {
+    let res = s.post(path, body).await;
+    if let Some(id) = res.1["job_id"].as_u64() {
+        s.wait_job(id).await;
+    }
+    res
+}
+
 fn turn(round: u32, speaker: &str, text: &str) -> Value {
     json!({"round": round, "speaker": speaker, "text": text})
 }
@@ -105,7 +118,7 @@ async fn debate(s: &Server) -> String {
         show(
             &mut out,
             "POST turns",
-            s.post("/api/v1/debates/d/turns", turn(r, sp, t)).await,
+            settled(s, "/api/v1/debates/d/turns", turn(r, sp, t)).await,
         );
     }
     show(
@@ -356,7 +369,7 @@ async fn the_debate_routes() {
             "iteration 1: grep over summary/detailed/full picked groups: working set 2 → 1",
             "iteration 2: grep within the groups picked chunks: working set 1 → 1",
             "read 1 chunk(s), 1 candidate sentence(s); cited 1",
-            "cited first: score 0.565 (own evidence 0.379, chunk 1 of 1), terms 2029, audit"
+            "cited first: score 0.574 (own evidence 0.392, chunk 1 of 1), terms 2029, audit"
           ],
           "nodes_examined": [
             "67b4f2d876bf2b0b2063f9acc0eefbee794d1acf0bcea3011e9a6106881cf830",
@@ -471,12 +484,13 @@ async fn the_document_knowledge_and_forget_routes() {
     show(
         &mut out,
         "POST documents",
-        s.post("/api/documents", doc("ferry.md", "The harbour authority paid 12 million euros for the new ferry. It carries 300 people.")).await,
+        settled(&s, "/api/documents", doc("ferry.md", "The harbour authority paid 12 million euros for the new ferry. It carries 300 people.")).await,
     );
     show(
         &mut out,
         "POST documents (second)",
-        s.post(
+        settled(
+            &s,
             "/api/documents",
             doc(
                 "tours.md",
