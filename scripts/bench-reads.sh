@@ -67,6 +67,10 @@ EOF
     "$BIN" --db "$WORK/debate" compress --scope debate >/dev/null
     touch "$WORK/debate.done"
 fi
+# A store prepared by another strata: this one's `compress` (nothing to build) writes its own
+# view, as a build by this strata would have (a view another strata wrote is not read).
+"$BIN" --db "$WORK/sotu" compress --scope sotu >/dev/null
+"$BIN" --db "$WORK/debate" compress --scope debate >/dev/null
 
 # ---- timing helpers
 now_ns() { date +%s%N; }

@@ -115,6 +115,11 @@ impl<'a> Corpus<'a> {
         self.store.get_nodes(ids)
     }
 
+    /// The view stored for `scope` (what is derived data above the corpus decides its type).
+    pub(crate) fn view<T: crate::store::Record>(&self, scope: &str) -> Result<Option<T>> {
+        self.store.get_view(scope)
+    }
+
     /// The text of a source as ingested.
     pub(crate) fn source_text(&self, scope: &str, source: &str) -> Result<String> {
         self.store.get_text(scope, source)?.ok_or_else(|| {

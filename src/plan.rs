@@ -114,12 +114,6 @@ pub struct Plan {
     pub full_tokens: u64,
 }
 
-/// Views are derived data: a plan of another shape is not read but replaced
-/// (`Engine::last_view`). Version 2: sources carry their time.
-impl crate::store::Record for Plan {
-    const VERSION: u8 = 2;
-}
-
 /// What goes into a derived node's id besides its inputs: the model and prompt version, and
 /// the level targets (another target is another node).
 pub fn compressor_identity(model: &str, cfg: &Config) -> String {

@@ -8,7 +8,7 @@ use crate::node::{Node, NodeId, Span};
 use std::collections::BTreeMap;
 
 mod focus;
-mod overview;
+pub(crate) mod overview;
 use crate::plan::Plan;
 use crate::store::ScopeKind;
 use crate::text::salience;

@@ -21,6 +21,7 @@ use crate::plan::Plan;
 use crate::store::ScopeKind;
 use crate::text::{self, salience};
 use crate::token;
+use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -29,16 +30,22 @@ pub(super) const MAX_TOKENS: u64 = 300_000;
 /// How much similarity to a chosen sentence takes off another's salience.
 const REDUNDANCY: f64 = 0.7;
 
+#[derive(Clone, Serialize, Deserialize)]
 struct Sent {
     chunk: usize,
-    /// Its place among its chunk's sentences ([`Analysed`]).
-    k: usize,
     start: usize,
     end: usize,
-    /// Bytes, for ordering before the exact count.
-    approx_tokens: f64,
+    /// Exact token count.
+    tokens: usize,
     score: f64,
     bag: salience::Bag,
+}
+
+impl Sent {
+    /// Bytes / 4: what the greedy order divides by (before the exact count).
+    fn approx_tokens(&self) -> f64 {
+        ((self.end - self.start) as f64 / 4.0).max(1.0)
+    }
 }
 
 /// What one FULL chunk's sentences are, independent of the rest of the scope: computed
@@ -49,8 +56,8 @@ struct Analysed {
     spans: Vec<(usize, usize)>,
     counts: Vec<std::collections::BTreeMap<String, u32>>,
     facts: Vec<text::Facts>,
-    /// Exact token counts, counted when first needed.
-    tokens: Vec<std::sync::OnceLock<usize>>,
+    /// Exact token counts.
+    tokens: Vec<usize>,
 }
 
 /// Chunks analysed, by FULL node id; emptied when it holds more than [`ANALYSED_KEPT`]
@@ -77,7 +84,7 @@ fn analyse(t: &str) -> Analysed {
             .push((sp.start + lead, sp.start + lead + trimmed.len()));
         a.counts.push(text::term_counts(trimmed));
         a.facts.push(text::facts(trimmed));
-        a.tokens.push(std::sync::OnceLock::new());
+        a.tokens.push(token::count(trimmed));
     }
     a
 }
@@ -125,10 +132,14 @@ impl Ord for Entry {
 }
 
 /// The sentences of a scope with their salience: computed once per set of chunks (a scope
-/// changes its FULL chunks with every change) and kept for the next windows of it.
-struct Ranked {
-    texts: Vec<String>,
-    chunks: Vec<std::sync::Arc<Analysed>>,
+/// changes its FULL chunks with every change) and kept for the next windows of it — in
+/// this process ([`RANKED`]) and, written by the build that completes the scope's tree, in
+/// the store beside its view ([`for_view`]), so that a process that only reads answers
+/// without ranking the scope again. No text: spans, counts by term id, scores, features.
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct Ranked {
+    /// [`key`] of the plan it ranks.
+    key: [u8; 32],
     sents: Vec<Sent>,
     /// The statistics' unit of each sentence (repeats share one).
     unit_of: Vec<usize>,
@@ -136,6 +147,22 @@ struct Ranked {
     /// Each unit's features and recurring-phrase weight (the `why` of the window's JSON).
     features: Vec<salience::Features>,
     phrases: Vec<f64>,
+}
+
+/// What the store keeps as a scope's view: the tree of its last complete build, and the
+/// overview's ranking of that tree's sentences when the scope is small enough to rank whole,
+/// so that a process that only reads does not rank it again.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SavedView {
+    pub(crate) plan: Plan,
+    pub(crate) overview: Option<Ranked>,
+}
+
+/// Views are derived data: one of another shape is not read but replaced
+/// (`Engine::last_view`). Version 2: sources carry their time. Version 3: a view is a
+/// [`SavedView`] (the plan and the overview's ranking).
+impl crate::store::Record for SavedView {
+    const VERSION: u8 = 3;
 }
 
 /// The scopes ranked most recently, newest last, keyed by their chunks' ids.
@@ -149,13 +176,63 @@ pub(crate) fn forget_cached() {
     ANALYSED.lock().expect("analysed cache").clear();
 }
 
-fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
+/// The code a ranking comes from: a ranking stored by a strata whose sentence splitting,
+/// term counting, salience or token counting differed is another ranking, recomputed.
+static CODE: std::sync::LazyLock<[u8; 32]> = std::sync::LazyLock::new(|| {
     let mut h = blake3::Hasher::new();
+    for src in [
+        include_str!("overview.rs"),
+        include_str!("../../crates/strata-core/src/text/mod.rs"),
+        include_str!("../../crates/strata-core/src/text/salience.rs"),
+        include_str!("../../crates/strata-core/src/text/facts.rs"),
+        include_str!("../../crates/strata-core/src/text/words.rs"),
+        include_str!("../../crates/strata-core/src/token.rs"),
+    ] {
+        h.update(&(src.len() as u64).to_le_bytes());
+        h.update(src.as_bytes());
+    }
+    *h.finalize().as_bytes()
+});
+
+/// What a ranking of `plan` depends on: this code, the scope's kind, its FULL chunks in
+/// order.
+fn key(plan: &Plan) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(&*CODE);
     h.update(&[plan.kind as u8]);
     for c in &plan.chunks {
         h.update(&c.full.0);
     }
-    let key: [u8; 32] = *h.finalize().as_bytes();
+    *h.finalize().as_bytes()
+}
+
+fn remember(r: &std::sync::Arc<Ranked>) {
+    let mut cache = RANKED.lock().expect("ranked cache");
+    if !cache.iter().any(|(k, _)| *k == r.key) {
+        if cache.len() >= RANKED_KEPT {
+            cache.remove(0);
+        }
+        cache.push((r.key, r.clone()));
+    }
+}
+
+/// The ranking of `plan` to store with its view, when the scope is small enough to rank
+/// whole ([`MAX_TOKENS`]); kept in this process too.
+pub(crate) fn for_view(corpus: &Corpus<'_>, plan: &Plan) -> Result<Option<Ranked>> {
+    if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ranked(corpus, plan, None)?.as_ref().clone()))
+}
+
+/// `plan`'s ranking: this process's, else `stored` (the one its view holds) when it ranks
+/// these chunks with this code, else computed.
+fn ranked(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    stored: Option<&dyn Fn() -> Result<Option<Ranked>>>,
+) -> Result<std::sync::Arc<Ranked>> {
+    let key = key(plan);
     if let Some((_, r)) = RANKED
         .lock()
         .expect("ranked cache")
@@ -164,30 +241,48 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
     {
         return Ok(r.clone());
     }
+    if let Some(stored) = stored
+        && let Some(r) = stored()?
+        && r.key == key
+        && r.unit_of.len() == r.sents.len()
+        && r.sents.iter().all(|s| s.chunk < plan.chunks.len())
+        && r.unit_of.iter().all(|&u| u < r.units)
+        && r.features.len() == r.units
+        && r.phrases.len() == r.units
+    {
+        let r = std::sync::Arc::new(r);
+        tracing::debug!(scope = %plan.scope, "overview ranking read from the store");
+        remember(&r);
+        return Ok(r);
+    }
     let ids: Vec<NodeId> = plan.chunks.iter().map(|c| c.full).collect();
     let nodes = corpus.nodes(&ids)?;
-    let mut texts: Vec<String> = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        texts.push(n.map(|n| n.text).unwrap_or_default());
-    }
-    let chunks: Vec<std::sync::Arc<Analysed>> = texts
-        .iter()
-        .zip(&ids)
-        .map(|(t, id)| analysed(*id, t))
+    let texts: Vec<String> = nodes
+        .into_iter()
+        .map(|n| n.map(|n| n.text).unwrap_or_default())
         .collect();
+    let chunks: Vec<std::sync::Arc<Analysed>> = {
+        use rayon::prelude::*;
+        texts
+            .par_iter()
+            .zip(&ids)
+            .map(|(t, id)| analysed(*id, t))
+            .collect()
+    };
     let mut sents: Vec<Sent> = Vec::new();
+    let mut ks: Vec<usize> = Vec::new();
     let mut terms = salience::TermIds::default();
     for (ci, a) in chunks.iter().enumerate() {
         for (k, &(start, end)) in a.spans.iter().enumerate() {
             sents.push(Sent {
                 chunk: ci,
-                k,
                 start,
                 end,
-                approx_tokens: ((end - start) as f64 / 4.0).max(1.0),
+                tokens: a.tokens[k],
                 score: 0.0,
                 bag: terms.bag(&a.counts[k]),
             });
+            ks.push(k);
         }
     }
     // A sentence repeated word for word is one unit for the statistics: a repeat is not a
@@ -198,7 +293,7 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
         let mut units: Vec<salience::Unit<'_>> = Vec::new();
         let mut counts = Vec::new();
         let mut facts = Vec::new();
-        for s in &sents {
+        for (s, &k) in sents.iter().zip(&ks) {
             let t = &texts[s.chunk][s.start..s.end];
             let u = *first.entry(t).or_insert_with(|| {
                 units.push(salience::Unit {
@@ -208,8 +303,8 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
                         ScopeKind::Doc => s.chunk,
                     },
                 });
-                counts.push(&chunks[s.chunk].counts[s.k]);
-                facts.push(&chunks[s.chunk].facts[s.k]);
+                counts.push(&chunks[s.chunk].counts[k]);
+                facts.push(&chunks[s.chunk].facts[k]);
                 units.len() - 1
             });
             unit_of.push(u);
@@ -227,21 +322,15 @@ fn ranked(corpus: &Corpus<'_>, plan: &Plan) -> Result<std::sync::Arc<Ranked>> {
         s.score = scores[u];
     }
     let r = std::sync::Arc::new(Ranked {
-        texts,
-        chunks,
+        key,
         sents,
         unit_of,
         units: scores.len(),
         features,
         phrases,
     });
-    let mut cache = RANKED.lock().expect("ranked cache");
-    if !cache.iter().any(|(k, _)| *k == key) {
-        if cache.len() >= RANKED_KEPT {
-            cache.remove(0);
-        }
-        cache.push((key, r.clone()));
-    }
+    tracing::debug!(scope = %plan.scope, sentences = r.sents.len(), "overview ranking computed");
+    remember(&r);
     Ok(r)
 }
 
@@ -262,26 +351,30 @@ pub(super) fn salient(
     if limit <= header_cost {
         return Ok(None);
     }
-    let ranked = ranked(corpus, plan)?;
+    let stored = || match corpus.view::<SavedView>(&plan.scope) {
+        Ok(v) => Ok(v.and_then(|v| v.overview)),
+        // A view this strata does not read: derived data, replaced at the next build.
+        Err(crate::Error::DataCorruption(_)) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let ranked = ranked(corpus, plan, Some(&stored))?;
     let Ranked {
-        texts,
-        chunks,
         sents,
         unit_of,
         units,
         features,
         phrases,
+        ..
     } = &*ranked;
     if sents.is_empty() {
         return Ok(None);
     }
-    let text_of = |s: &Sent| &texts[s.chunk][s.start..s.end];
     let mut taken_unit = vec![false; *units];
     let labels: Vec<Option<String>> = (0..plan.chunks.len())
         .map(|ci| plan.chunk_label(ci))
         .collect();
     let key = |s: &Sent, redundancy: f64| {
-        (s.score - REDUNDANCY * redundancy) / s.approx_tokens.powf(salience::COST_POWER)
+        (s.score - REDUNDANCY * redundancy) / s.approx_tokens().powf(salience::COST_POWER)
     };
     let mut heap: BinaryHeap<Entry> = sents
         .iter()
@@ -323,7 +416,7 @@ pub(super) fn salient(
             (Some(l), false) => token::count(l) + 2,
             _ => 1,
         };
-        let c = *chunks[s.chunk].tokens[s.k].get_or_init(|| token::count(text_of(s))) + label_cost;
+        let c = s.tokens + label_cost;
         if used + c > limit {
             continue;
         }
@@ -353,6 +446,16 @@ pub(super) fn salient(
         why.push((full, w));
     }
     picked.sort_by_key(|&i| (sents[i].chunk, sents[i].start));
+    // The texts of the chunks picked from, read now: only those.
+    let mut from: Vec<usize> = picked.iter().map(|&i| sents[i].chunk).collect();
+    from.dedup();
+    let ids: Vec<NodeId> = from.iter().map(|&ci| plan.chunks[ci].full).collect();
+    let texts: HashMap<usize, String> = from
+        .iter()
+        .zip(corpus.nodes(&ids)?)
+        .map(|(&ci, n)| (ci, n.map(|n| n.text).unwrap_or_default()))
+        .collect();
+    let text_of = |s: &Sent| texts[&s.chunk].get(s.start..s.end).unwrap_or_default();
     let mut body = String::new();
     let mut nodes: Vec<(NodeId, Level, u32)> = Vec::new();
     let mut excerpts: Vec<(NodeId, Span)> = Vec::new();

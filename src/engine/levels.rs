@@ -70,7 +70,7 @@ impl Engine {
         // Before the plan: a forget that commits after this moves the generation, and
         // the build then writes nothing over what it removed.
         let generation = self.forgets.generation();
-        let plan = self.plan(scope)?;
+        let mut plan = self.plan(scope)?;
         if !self.is_complete(&plan, now)? {
             // A build writes at most about its scope's text again per level (~4 bytes a
             // token); a scope with nothing stale writes next to nothing.
@@ -125,7 +125,10 @@ impl Engine {
             } else if report.failures.is_empty() {
                 // The newest complete view, served while a later build is still running.
                 crate::fail::point("build:before-view");
-                self.store.put_view(scope, &plan)?;
+                let overview = crate::context::overview::for_view(&self.corpus(), &plan)?;
+                let saved = crate::context::overview::SavedView { plan, overview };
+                self.store.put_view(scope, &saved)?;
+                plan = saved.plan;
             }
         }
         crate::fail::point("build:before-flush");
@@ -173,12 +176,12 @@ impl Engine {
     /// decode (written by an older one, whose plan had other fields) is ignored as if
     /// there were none, and replaced at the next complete build.
     pub(crate) fn last_view(&self, scope: &str) -> Result<Option<Plan>> {
-        match self.store.get_view::<Plan>(scope) {
+        match self.store.get_view::<crate::context::overview::SavedView>(scope) {
             Err(crate::Error::DataCorruption(e)) => {
                 tracing::warn!(scope, error = %e, "ignoring a view that does not decode");
                 Ok(None)
             }
-            r => r,
+            r => r.map(|v| v.map(|v| v.plan)),
         }
     }
 

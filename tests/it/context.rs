@@ -244,3 +244,61 @@ fn the_auto_overview_keeps_no_greetings_or_thanks() {
         assert!(!w.text.contains(f), "{f:?} in the abstract:\n{}", w.text);
     }
 }
+
+/// A `context` process that only reads takes the overview's ranking the build stored with
+/// the scope's view instead of ranking the whole scope again (issue 23), and its window is
+/// byte for byte the one a ranking computed afresh gives.
+#[test]
+fn a_reading_process_takes_the_overview_ranking_the_build_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let debate = crate::support::debate_path();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .env_remove("STRATA_DB")
+            .env_remove("STRATA_CONFIG")
+            .env("STRATA_LOG", "strata=debug")
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(out.status.success(), "strata {args:?}: {err}");
+        (String::from_utf8(out.stdout).unwrap(), err)
+    };
+    run(&["ingest", "--scope", "d", debate.to_str().unwrap()]);
+    let window = [
+        "--json", "context", "--scope", "d", "--level", "auto", "--budget", "1000",
+    ];
+    // The first window builds the tree in its own process and ranks it there.
+    let (fresh, err) = run(&window);
+    assert!(err.contains("overview ranking computed"), "{err}");
+    assert!(!err.contains("read from the store"), "{err}");
+    assert!(fresh.contains("Overview (salient sentences)"), "{fresh}");
+    // The next one only reads, and takes the ranking the build stored.
+    let (read, err) = run(&window);
+    assert!(
+        err.contains("overview ranking read from the store"),
+        "{err}"
+    );
+    assert!(!err.contains("overview ranking computed"), "{err}");
+    assert_eq!(read, fresh);
+    // Another turn: the stored ranking is of other chunks, so the window is ranked again
+    // by the build that adds it, and stored again.
+    let turn = dir.path().join("more.jsonl");
+    std::fs::write(
+        &turn,
+        "{\"round\": 99, \"speaker\": \"mod\", \"text\": \"The tram vote is moved to March.\"}\n",
+    )
+    .unwrap();
+    run(&["ingest", "--scope", "d", turn.to_str().unwrap()]);
+    let (after, err) = run(&window);
+    assert!(err.contains("overview ranking computed"), "{err}");
+    let (again, err) = run(&window);
+    assert!(
+        err.contains("overview ranking read from the store"),
+        "{err}"
+    );
+    assert_eq!(again, after);
+}

@@ -25,7 +25,7 @@
 //! every node id the compressor makes.
 
 use super::{facts, term_counts};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 /// One sentence to rank, and the passage (turn, section, input) it comes from.
@@ -36,7 +36,7 @@ pub struct Unit<'a> {
 }
 
 /// Why a sentence ranks where it does: the features [`Features::score`] combines.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Features {
     pub(crate) centrality: f64,
     pub(crate) information: f64,
@@ -514,6 +514,7 @@ impl TermIds {
 
 /// A text's content-word counts by term id ([`TermIds`]), sorted, with their norm: the
 /// cosine [`similarity`] of two texts as a merge of two sorted lists, no string compared.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Bag {
     terms: Vec<(u32, u32)>,
     norm: f64,
