@@ -176,7 +176,10 @@ impl Engine {
     /// decode (written by an older one, whose plan had other fields) is ignored as if
     /// there were none, and replaced at the next complete build.
     pub(crate) fn last_view(&self, scope: &str) -> Result<Option<Plan>> {
-        match self.store.get_view::<crate::context::overview::SavedView>(scope) {
+        match self
+            .store
+            .get_view::<crate::context::overview::SavedView>(scope)
+        {
             Err(crate::Error::DataCorruption(e)) => {
                 tracing::warn!(scope, error = %e, "ignoring a view that does not decode");
                 Ok(None)

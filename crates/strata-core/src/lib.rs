@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod id;
 pub mod level;
+pub mod memo;
 pub mod node;
 pub mod progress;
 pub mod text;

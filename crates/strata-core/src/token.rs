@@ -1,7 +1,8 @@
 //! Real token counts (cl100k BPE) for every budget in strata: chunk sizes, level targets,
 //! context windows. Never a characters-divided-by-four guess.
 
-use std::sync::OnceLock;
+use crate::memo::Memo;
+use std::sync::{LazyLock, OnceLock};
 use tiktoken_rs::CoreBPE;
 
 /// The tokenizer's name, reported in stats and part of the compressor identity.
@@ -18,12 +19,13 @@ pub fn warm() {
     let _ = bpe();
 }
 
-/// Number of cl100k tokens in `text`.
+/// Number of cl100k tokens in `text` (remembered: [`crate::memo`]).
 pub fn count(text: &str) -> usize {
+    static MEMO: LazyLock<Memo<u32>> = LazyLock::new(|| Memo::new(1 << 18));
     if text.is_empty() {
         return 0;
     }
-    bpe().encode_ordinary(text).len()
+    MEMO.get(text, |t| bpe().encode_ordinary(t).len() as u32) as usize
 }
 
 /// The first `n` tokens of `text` (decoded; a character split between tokens is dropped).

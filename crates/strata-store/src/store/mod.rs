@@ -378,7 +378,7 @@ pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
     out.push(T::VERSION);
     bincode::serde::encode_into_std_write(v, &mut out, config).map_err(bad)?;
     if size.bytes_written >= COMPRESS_FROM {
-        let packed = zstd::bulk::compress(&out[1..], COMPRESSION_LEVEL)
+        let packed = with_compressor(|z| z.compress(&out[1..]))
             .map_err(|e| Error::DataCorruption(format!("cannot compress value: {e}")))?;
         if packed.len() * 10 <= size.bytes_written * 9 {
             out.clear();
@@ -388,6 +388,38 @@ pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+thread_local! {
+    /// Each thread's zstd contexts, made once: making one per value was 5 % of a build.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn with_compressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Compressor::new(COMPRESSION_LEVEL)?);
+        }
+        f(c.as_mut().expect("made above"))
+    })
+}
+
+fn with_decompressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    DECOMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Decompressor::new()?);
+        }
+        f(c.as_mut().expect("made above"))
+    })
 }
 
 /// The version byte's flag for a zstd-compressed body (format versions stay below it).
@@ -413,11 +445,12 @@ pub(crate) fn decode<T: Record>(what: &str, bytes: &[u8]) -> Result<T> {
     let unpacked;
     let (v, body) = match bytes.split_first() {
         Some((&v, packed)) if v & COMPRESSED != 0 => {
-            unpacked = zstd::bulk::decompress(packed, MAX_DECOMPRESSED).map_err(|e| {
-                Error::DataCorruption(format!(
-                    "{what}: a compressed value that does not decompress: {e}"
-                ))
-            })?;
+            unpacked =
+                with_decompressor(|z| z.decompress(packed, MAX_DECOMPRESSED)).map_err(|e| {
+                    Error::DataCorruption(format!(
+                        "{what}: a compressed value that does not decompress: {e}"
+                    ))
+                })?;
             (v & !COMPRESSED, unpacked.as_slice())
         }
         Some((&v, body)) => (v, body),
