@@ -32,14 +32,17 @@ impl Engine {
     }
 
     /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
-    /// cache hits: an unchanged scope makes zero compressor calls.
+    /// cache hits: an unchanged scope makes zero compressor calls. It also ranks the
+    /// sentences of the scope for the `auto` overview and stores the ranking with the view
+    /// (`context::overview`), so that the processes that read next do not rank it again;
+    /// the builds of jobs and of reads on demand leave that to the first `auto` window.
     pub async fn compress(
         &self,
         scope: &str,
         now: u64,
         progress: &dyn Progress,
     ) -> Result<BuildReport> {
-        self.compress_with(scope, now, None, progress).await
+        Ok(self.build_plan(scope, now, None, progress, true).await?.0)
     }
 
     /// [`Engine::compress`], also rebuilding nodes that expire before `refresh_before`
@@ -52,19 +55,21 @@ impl Engine {
         progress: &dyn Progress,
     ) -> Result<BuildReport> {
         Ok(self
-            .build_plan(scope, now, refresh_before, progress)
+            .build_plan(scope, now, refresh_before, progress, false)
             .await?
             .0)
     }
 
     /// Builds the current tree of `scope`; returns the report and the tree it built (which
-    /// a concurrent append may already have superseded).
+    /// a concurrent append may already have superseded). `rank`: store the overview's
+    /// ranking with the view.
     async fn build_plan(
         &self,
         scope: &str,
         now: u64,
         refresh_before: Option<u64>,
         progress: &dyn Progress,
+        rank: bool,
     ) -> Result<(BuildReport, Plan)> {
         self.writing();
         // Before the plan: a forget that commits after this moves the generation, and
@@ -125,7 +130,11 @@ impl Engine {
             } else if report.failures.is_empty() {
                 // The newest complete view, served while a later build is still running.
                 crate::fail::point("build:before-view");
-                let overview = crate::context::overview::for_view(&self.corpus(), &plan)?;
+                let overview = if rank {
+                    crate::context::overview::for_view(&self.corpus(), &plan)?
+                } else {
+                    None
+                };
                 let saved = crate::context::overview::SavedView { plan, overview };
                 self.store.put_view(scope, &saved)?;
                 plan = saved.plan;
@@ -205,7 +214,7 @@ impl Engine {
         if self.planned_complete(&planned, now)? {
             return Ok((planned.plan.clone(), None));
         }
-        let (report, built) = self.build_plan(scope, now, None, progress).await?;
+        let (report, built) = self.build_plan(scope, now, None, progress, false).await?;
         Ok((built, Some(report)))
     }
 
