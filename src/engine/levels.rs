@@ -116,6 +116,13 @@ impl Engine {
             report.usage.add(&meter, &self.cfg.prices);
             report.embeddings = Some(r);
         }
+        // Ranked before the forget lock is taken (a forget waits for the view's write, not
+        // for this); a forget meanwhile discards it with the view.
+        let overview = if rank && report.failures.is_empty() {
+            crate::context::overview::for_view(&self.corpus(), &plan)?
+        } else {
+            None
+        };
         {
             let forgets = self.forgets.read();
             if *forgets != generation {
@@ -130,11 +137,6 @@ impl Engine {
             } else if report.failures.is_empty() {
                 // The newest complete view, served while a later build is still running.
                 crate::fail::point("build:before-view");
-                let overview = if rank {
-                    crate::context::overview::for_view(&self.corpus(), &plan)?
-                } else {
-                    None
-                };
                 let saved = crate::context::overview::SavedView { plan, overview };
                 self.store.put_view(scope, &saved)?;
                 plan = saved.plan;
