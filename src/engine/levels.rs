@@ -34,8 +34,9 @@ impl Engine {
     /// Builds (or refreshes) every level of `scope`. Nodes that are live in the store are
     /// cache hits: an unchanged scope makes zero compressor calls. It also ranks the
     /// sentences of the scope for the `auto` overview and stores the ranking with the view
-    /// (`context::overview`), so that the processes that read next do not rank it again;
-    /// the builds of jobs and of reads on demand leave that to the first `auto` window.
+    /// (`context::overview`), so that the processes that read next do not rank it again
+    /// (so does the on-demand build of an `auto` window); the builds of jobs and of other
+    /// reads leave that to the first `auto` window.
     pub async fn compress(
         &self,
         scope: &str,
@@ -212,11 +213,23 @@ impl Engine {
         now: u64,
         progress: &dyn Progress,
     ) -> Result<(Plan, Option<BuildReport>)> {
+        self.ensure_built_for(scope, now, progress, false).await
+    }
+
+    /// [`Engine::ensure_built`]; `rank`: a build also ranks the overview and stores the
+    /// ranking with the view (an `auto` window is about to rank it anyway).
+    async fn ensure_built_for(
+        &self,
+        scope: &str,
+        now: u64,
+        progress: &dyn Progress,
+        rank: bool,
+    ) -> Result<(Plan, Option<BuildReport>)> {
         let planned = self.planned(scope)?;
         if self.planned_complete(&planned, now)? {
             return Ok((planned.plan.clone(), None));
         }
-        let (report, built) = self.build_plan(scope, now, None, progress, false).await?;
+        let (report, built) = self.build_plan(scope, now, None, progress, rank).await?;
         Ok((built, Some(report)))
     }
 
@@ -277,7 +290,8 @@ impl Engine {
                 return self.current_window(&planned, choice, budget, now);
             }
         }
-        let (plan, _) = self.ensure_built(scope, now, progress).await?;
+        let rank = choice == LevelChoice::Auto && range.is_all();
+        let (plan, _) = self.ensure_built_for(scope, now, progress, rank).await?;
         let plan = plan.within(range)?;
         crate::context::window(&self.corpus(), &plan, choice, budget, now)
     }
