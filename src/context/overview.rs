@@ -177,7 +177,8 @@ pub(crate) fn forget_cached() {
 }
 
 /// The code a ranking comes from: a ranking stored by a strata whose sentence splitting,
-/// term counting, salience or token counting differed is another ranking, recomputed.
+/// term counting, salience or token counting differed — or whose dependencies did (the
+/// lock file: Unicode segmentation, the BPE) — is another ranking, recomputed.
 static CODE: std::sync::LazyLock<[u8; 32]> = std::sync::LazyLock::new(|| {
     let mut h = blake3::Hasher::new();
     for src in [
@@ -187,6 +188,7 @@ static CODE: std::sync::LazyLock<[u8; 32]> = std::sync::LazyLock::new(|| {
         include_str!("../../crates/strata-core/src/text/facts.rs"),
         include_str!("../../crates/strata-core/src/text/words.rs"),
         include_str!("../../crates/strata-core/src/token.rs"),
+        include_str!("../../Cargo.lock"),
     ] {
         h.update(&(src.len() as u64).to_le_bytes());
         h.update(src.as_bytes());
