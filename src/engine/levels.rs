@@ -120,7 +120,9 @@ impl Engine {
         // Ranked before the forget lock is taken (a forget waits for the view's write, not
         // for this); a forget meanwhile discards it with the view.
         let overview = if rank && report.failures.is_empty() {
-            crate::context::overview::for_view(&self.corpus(), &plan)?
+            // CPU work (a debate of 2,000 turns: ~0.3 s), off the async executor.
+            let corpus = self.corpus();
+            crate::navigate::off_executor(|| crate::context::overview::for_view(&corpus, &plan))?
         } else {
             None
         };

@@ -378,8 +378,12 @@ pub(crate) fn encode<T: Record>(v: &T) -> Result<Vec<u8>> {
     out.push(T::VERSION);
     bincode::serde::encode_into_std_write(v, &mut out, config).map_err(bad)?;
     if size.bytes_written >= COMPRESS_FROM {
-        let packed = with_compressor(|z| z.compress(&out[1..]))
-            .map_err(|e| Error::DataCorruption(format!("cannot compress value: {e}")))?;
+        let packed = with_context(
+            &COMPRESSOR,
+            || zstd::bulk::Compressor::new(COMPRESSION_LEVEL),
+            |z| z.compress(&out[1..]),
+        )
+        .map_err(|e| Error::DataCorruption(format!("cannot compress value: {e}")))?;
         if packed.len() * 10 <= size.bytes_written * 9 {
             out.clear();
             out.push(T::VERSION | COMPRESSED);
@@ -398,25 +402,16 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-fn with_compressor<T>(
-    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+/// `f` with this thread's context in `key`, made by `make` the first time.
+fn with_context<C, T>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<Option<C>>>,
+    make: impl FnOnce() -> std::io::Result<C>,
+    f: impl FnOnce(&mut C) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    COMPRESSOR.with(|c| {
+    key.with(|c| {
         let mut c = c.borrow_mut();
         if c.is_none() {
-            *c = Some(zstd::bulk::Compressor::new(COMPRESSION_LEVEL)?);
-        }
-        f(c.as_mut().expect("made above"))
-    })
-}
-
-fn with_decompressor<T>(
-    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<T>,
-) -> std::io::Result<T> {
-    DECOMPRESSOR.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.is_none() {
-            *c = Some(zstd::bulk::Decompressor::new()?);
+            *c = Some(make()?);
         }
         f(c.as_mut().expect("made above"))
     })
@@ -445,12 +440,14 @@ pub(crate) fn decode<T: Record>(what: &str, bytes: &[u8]) -> Result<T> {
     let unpacked;
     let (v, body) = match bytes.split_first() {
         Some((&v, packed)) if v & COMPRESSED != 0 => {
-            unpacked =
-                with_decompressor(|z| z.decompress(packed, MAX_DECOMPRESSED)).map_err(|e| {
-                    Error::DataCorruption(format!(
-                        "{what}: a compressed value that does not decompress: {e}"
-                    ))
-                })?;
+            unpacked = with_context(&DECOMPRESSOR, zstd::bulk::Decompressor::new, |z| {
+                z.decompress(packed, MAX_DECOMPRESSED)
+            })
+            .map_err(|e| {
+                Error::DataCorruption(format!(
+                    "{what}: a compressed value that does not decompress: {e}"
+                ))
+            })?;
             (v & !COMPRESSED, unpacked.as_slice())
         }
         Some((&v, body)) => (v, body),
