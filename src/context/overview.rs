@@ -133,8 +133,8 @@ impl Ord for Entry {
 
 /// The sentences of a scope with their salience: computed once per set of chunks (a scope
 /// changes its FULL chunks with every change) and kept for the next windows of it — in
-/// this process ([`RANKED`]) and, written by the build that completes the scope's tree, in
-/// the store beside its view ([`for_view`]), so that a process that only reads answers
+/// this process ([`RANKED`]) and, written by `Engine::compress` or an `auto` window's
+/// on-demand build, in the store beside its view ([`for_view`]), so that a process that only reads answers
 /// without ranking the scope again. No text: spans, counts by term id, scores, features.
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct Ranked {
