@@ -11,6 +11,8 @@ counts as gold when its turn is in a gold span. Per query:
   turn — a span is one passage that answers; citing each passage once is full recall;
 - cited: the number of distinct cited turns; ready: whether the answer is ready.
 
+`strata_first` scores the first citation alone (the answer's primary evidence).
+
 Reported beside it, the same counts for the top k turns of BM25 over turns (rank-bm25's
 BM25Okapi, the analyser of qmsum_eval.py), k = 1 and 3: what a plain turn retriever cites.
 
@@ -118,6 +120,8 @@ def main() -> int:
                     "ready": bool(r.get("ready")),
                     "confidence": r.get("confidence"),
                     "strata": scores(cited, spans, gold),
+                    "strata_first": scores(cited[:1], spans, gold),
+                    "cited_turns": cited,
                     "bm25_top1": scores(order[:1], spans, gold),
                     "bm25_top3": scores(order[:3], spans, gold),
                 }
@@ -133,7 +137,7 @@ def main() -> int:
 
     summary = {
         meth: {k: mean(k, meth) for k in ["hit", "precision", "recall", "cited"]}
-        for meth in ["strata", "bm25_top1", "bm25_top3"]
+        for meth in ["strata", "strata_first", "bm25_top1", "bm25_top3"]
     }
     summary["strata"]["ready"] = sum(r["ready"] for r in rows) / max(1, len(rows))
     res = {"split": a.split, "queries": len(rows), "seconds": round(time.time() - t0, 1), "summary": summary, "rows": rows}

@@ -5,7 +5,7 @@
 //!
 //! stdin: JSON lines `{"id": "...", "turns": ["text", ...]}` (an empty turn is skipped).
 //! stdout: per input line, `{"id": "...", "sentences": [{"turn", "start", "end", "tokens",
-//! "features", "terms"}]}` (byte offsets in the turn's text).
+//! "features", "phrases", "terms"}]}` (byte offsets in the turn's text).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
@@ -61,6 +61,7 @@ fn main() {
             unit_of.push(u);
         }
         let features = salience::features_of(&units, &uc, &uf);
+        let phrases = salience::phrases(&units);
         let sentences: Vec<serde_json::Value> = spans
             .iter()
             .enumerate()
@@ -72,6 +73,7 @@ fn main() {
                     "unit": unit_of[k],
                     "tokens": strata_core::token::count(texts[k]),
                     "features": features[unit_of[k]],
+                    "phrases": phrases[unit_of[k]],
                     "terms": counts[k],
                 })
             })
