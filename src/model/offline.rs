@@ -47,7 +47,8 @@ struct Sent {
     start: usize,
     end: usize,
     tokens: usize,
-    bag: BTreeMap<String, u32>,
+    /// Content-word counts by term id: redundancy is a merge of sorted lists.
+    bag: salience::Bag,
     score: f64,
 }
 
@@ -55,20 +56,27 @@ struct Sent {
 pub fn compress(req: &CompressRequest) -> String {
     let budget = req.target_tokens.max(1);
     let mut sents: Vec<Sent> = Vec::new();
+    let mut counts: Vec<BTreeMap<String, u32>> = Vec::new();
+    let mut ids = salience::TermIds::default();
     for (pi, p) in req.passages.iter().enumerate() {
         for s in text::sentences(&p.text) {
             let raw = &p.text[s.start..s.end];
-            if raw.trim().is_empty() {
+            let trimmed = raw.trim();
+            if trimmed.is_empty() {
                 continue;
             }
+            // The words of a sentence are those of its trimmed text (white space is no
+            // word): counted once, for salience and redundancy alike.
+            let c = text::term_counts(trimmed);
             sents.push(Sent {
                 passage: pi,
                 start: s.start,
                 end: s.end,
-                tokens: token::count(raw.trim()),
-                bag: text::term_counts(raw),
+                tokens: token::count(trimmed),
+                bag: ids.bag(&c),
                 score: 0.0,
             });
+            counts.push(c);
         }
     }
     if sents.is_empty() {
@@ -81,7 +89,13 @@ pub fn compress(req: &CompressRequest) -> String {
             passage: s.passage,
         })
         .collect();
-    for (s, f) in sents.iter_mut().zip(salience::features(&units)) {
+    let found: Vec<text::Facts> = units.iter().map(|u| text::facts(u.text)).collect();
+    let features = salience::features_of(
+        &units,
+        &counts.iter().collect::<Vec<_>>(),
+        &found.iter().collect::<Vec<_>>(),
+    );
+    for (s, f) in sents.iter_mut().zip(features) {
         s.score = f.score();
     }
     let order = choose(&sents, budget, req);
@@ -138,7 +152,7 @@ fn choose(sents: &[Sent], budget: usize, req: &CompressRequest) -> Vec<usize> {
         order.push(i);
         open.retain(|&j| j != i);
         for &j in &open {
-            let sim = salience::similarity(&sents[i].bag, &sents[j].bag);
+            let sim = sents[i].bag.cosine(&sents[j].bag);
             redundancy[j] = redundancy[j].max(sim);
         }
     }
