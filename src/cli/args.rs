@@ -177,10 +177,11 @@ impl Cmd {
         )
     }
 
-    /// Whether the command counts tokens for certain (windows and answers are cut to
-    /// token budgets): its tokenizer is built while the store opens.
+    /// Whether the command counts tokens for certain (a window is cut to a token
+    /// budget): its tokenizer is built while the store opens. A query sizes nothing it
+    /// reads (prompt frames are a table: `model::prompts::frame_tokens`).
     pub fn counts_tokens(&self) -> bool {
-        matches!(self, Cmd::Context { .. } | Cmd::Query { .. })
+        matches!(self, Cmd::Context { .. })
     }
 }
 

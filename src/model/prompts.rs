@@ -45,27 +45,36 @@ pub fn prompt_tokens(p: &ChatRequest) -> usize {
 /// passages (see [`passage_tokens`]) and reply: the system prompt, the task, a retry's
 /// note and the framing. What the plan sizes its fan-in with (counted once a process).
 pub fn frame_tokens(level: Level, inputs: Inputs) -> usize {
-    static FRAMES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
-    let frames = FRAMES.get_or_init(|| {
-        let system = token::count(COMPRESS_SYSTEM);
-        Level::ALL
-            .into_iter()
-            .flat_map(|l| [(l, Inputs::Text), (l, Inputs::Summaries)])
-            .map(|(l, i)| {
-                let task = [true, false]
-                    .map(|debate| token::count(&task(l, i, 999_999, debate)))
-                    .into_iter()
-                    .max()
-                    .unwrap_or(0);
-                system + task + FEEDBACK_TOKENS + 16 + 2 * MESSAGE_TOKENS
-            })
-            .collect()
-    });
     let i = match inputs {
         Inputs::Text => 0,
         Inputs::Summaries => 1,
     };
-    frames[level.as_u8() as usize * 2 + i]
+    FRAMES[level.as_u8() as usize * 2 + i]
+}
+
+/// [`frame_tokens`] of every level (FULL … METADATA) and kind of input (text, summaries),
+/// as `count_frames` counts them from the prompts above. Written out so that a process
+/// that only reads (every `context` and `query` plans its tree) need not build the BPE
+/// tokenizer to size prompts it never sends; the test `frames_match_the_prompts` fails,
+/// printing the table to write here, when a prompt changes and this does not.
+const FRAMES: [usize; 10] = [304, 304, 304, 304, 295, 322, 306, 306, 306, 306];
+
+/// What [`FRAMES`] holds, counted with the tokenizer.
+#[cfg(test)]
+fn count_frames() -> Vec<usize> {
+    let system = token::count(COMPRESS_SYSTEM);
+    Level::ALL
+        .into_iter()
+        .flat_map(|l| [(l, Inputs::Text), (l, Inputs::Summaries)])
+        .map(|(l, i)| {
+            let task = [true, false]
+                .map(|debate| token::count(&task(l, i, 999_999, debate)))
+                .into_iter()
+                .max()
+                .unwrap_or(0);
+            system + task + FEEDBACK_TOKENS + 16 + 2 * MESSAGE_TOKENS
+        })
+        .collect()
 }
 
 /// An upper bound of the tokens one passage adds to a prompt besides its text: its tags
@@ -364,7 +373,18 @@ pub fn set_support(question: &str, passages: &[(String, String)]) -> ChatRequest
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::model::Passage;
+
+    #[test]
+    fn frames_match_the_prompts() {
+        let counted = count_frames();
+        assert_eq!(
+            counted,
+            FRAMES.to_vec(),
+            "a prompt changed: write `const FRAMES: [usize; 10] = {counted:?};` in prompts.rs"
+        );
+    }
 
     #[test]
     fn compression_prompts_carry_labels_budget_and_text() {
