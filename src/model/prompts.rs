@@ -43,7 +43,7 @@ pub fn prompt_tokens(p: &ChatRequest) -> usize {
 
 /// An upper bound of a compression prompt's tokens for `level` and `inputs` besides its
 /// passages (see [`passage_tokens`]) and reply: the system prompt, the task, a retry's
-/// note and the framing. What the plan sizes its fan-in with (counted once a process).
+/// note and the framing. What the plan sizes its fan-in with ([`FRAMES`]).
 pub fn frame_tokens(level: Level, inputs: Inputs) -> usize {
     let i = match inputs {
         Inputs::Text => 0,
@@ -373,7 +373,6 @@ pub fn set_support(question: &str, passages: &[(String, String)]) -> ChatRequest
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use crate::model::Passage;
 
     #[test]
