@@ -506,6 +506,34 @@ impl PgBackend {
         })
     }
 
+    /// The rows `sql` selects for the ids `keys` — its last parameter, `= ANY(..)`, after
+    /// `scope` as `$1` when given — by their first column (the id), each made a value by
+    /// `value`: the one way batches of nodes, deadlines and source records are read.
+    fn by_ids<V: Send + 'static>(
+        &self,
+        what: &'static str,
+        sql: &'static str,
+        scope: Option<Vec<u8>>,
+        keys: Vec<Vec<u8>>,
+        value: fn(&tokio_postgres::Row) -> V,
+    ) -> Result<HashMap<Vec<u8>, V>> {
+        let (scope, keys) = (Arc::new(scope), Arc::new(keys));
+        self.read(what, move |c| {
+            let (scope, keys) = (scope.clone(), keys.clone());
+            Box::pin(async move {
+                let st = c.prepare_cached(sql).await?;
+                let rows = match &*scope {
+                    Some(s) => c.query(&st, &[s, &*keys]).await?,
+                    None => c.query(&st, &[&*keys]).await?,
+                };
+                Ok(rows
+                    .iter()
+                    .map(|r| (r.get::<_, Vec<u8>>(0), value(r)))
+                    .collect())
+            })
+        })
+    }
+
     /// A count that cannot fail the caller (`n_nodes` and friends): 0 and a warning.
     fn count(&self, what: &'static str, sql: &'static str) -> usize {
         let r = self.read(what, move |c| {

@@ -114,20 +114,13 @@ impl PgBackend {
     }
 
     pub(super) fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
-        let keys: Arc<Vec<Vec<u8>>> = Arc::new(ids.iter().map(|id| id.0.to_vec()).collect());
-        let rows = self.read("node reads", move |c| {
-            let keys = keys.clone();
-            Box::pin(async move {
-                let st = c
-                    .prepare_cached("SELECT id, body FROM nodes WHERE id = ANY($1)")
-                    .await?;
-                Ok(c.query(&st, &[&*keys])
-                    .await?
-                    .into_iter()
-                    .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
-                    .collect::<HashMap<_, _>>())
-            })
-        })?;
+        let rows = self.by_ids(
+            "node reads",
+            "SELECT id, body FROM nodes WHERE id = ANY($1)",
+            None,
+            ids.iter().map(|id| id.0.to_vec()).collect(),
+            |r| r.get::<_, Vec<u8>>(1),
+        )?;
         ids.iter()
             .map(|id| {
                 rows.get(&id.0[..])
@@ -138,25 +131,13 @@ impl PgBackend {
     }
 
     pub(super) fn deadlines(&self, ids: &[NodeId]) -> Result<Vec<Option<u64>>> {
-        let keys: Arc<Vec<Vec<u8>>> = Arc::new(ids.iter().map(|id| id.0.to_vec()).collect());
-        let rows = self.read("deadline reads", move |c| {
-            let keys = keys.clone();
-            Box::pin(async move {
-                let st = c
-                    .prepare_cached("SELECT id, expires_at FROM nodes WHERE id = ANY($1)")
-                    .await?;
-                Ok(c.query(&st, &[&*keys])
-                    .await?
-                    .into_iter()
-                    .map(|r| {
-                        (
-                            r.get::<_, Vec<u8>>(0),
-                            r.get::<_, Option<i64>>(1).map_or(u64::MAX, u64_of),
-                        )
-                    })
-                    .collect::<HashMap<_, _>>())
-            })
-        })?;
+        let rows = self.by_ids(
+            "deadline reads",
+            "SELECT id, expires_at FROM nodes WHERE id = ANY($1)",
+            None,
+            ids.iter().map(|id| id.0.to_vec()).collect(),
+            |r| r.get::<_, Option<i64>>(1).map_or(u64::MAX, u64_of),
+        )?;
         Ok(ids.iter().map(|id| rows.get(&id.0[..]).copied()).collect())
     }
 

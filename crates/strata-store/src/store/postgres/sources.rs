@@ -8,24 +8,13 @@ impl PgBackend {
         scope: &str,
         ids: &[&str],
     ) -> Result<Vec<Option<SourceRecord>>> {
-        let name = scope.as_bytes().to_vec();
-        let keys: Arc<Vec<Vec<u8>>> =
-            Arc::new(ids.iter().map(|id| id.as_bytes().to_vec()).collect());
-        let rows = self.read("source reads", move |c| {
-            let (name, keys) = (name.clone(), keys.clone());
-            Box::pin(async move {
-                let st = c
-                    .prepare_cached(
-                        "SELECT id, record FROM sources WHERE scope = $1 AND id = ANY($2)",
-                    )
-                    .await?;
-                Ok(c.query(&st, &[&name, &*keys])
-                    .await?
-                    .into_iter()
-                    .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
-                    .collect::<HashMap<_, _>>())
-            })
-        })?;
+        let rows = self.by_ids(
+            "source reads",
+            "SELECT id, record FROM sources WHERE scope = $1 AND id = ANY($2)",
+            Some(scope.as_bytes().to_vec()),
+            ids.iter().map(|id| id.as_bytes().to_vec()).collect(),
+            |r| r.get::<_, Vec<u8>>(1),
+        )?;
         ids.iter()
             .map(|id| {
                 rows.get(id.as_bytes())
