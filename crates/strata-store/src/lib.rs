@@ -1,5 +1,5 @@
 //! strata's storage, layers 4–5 of docs/ARCHITECTURE.md: the store (`store`: the
-//! `Backend` trait, the sled, memory and PostgreSQL backends, `strata repair`) and the
+//! storage traits, the sled, memory and PostgreSQL backends, `strata repair`) and the
 //! free-space checks (`disk`). It depends on strata-core only; the `strata` crate
 //! re-exports each module under its old name (`strata::store`, `crate::disk` inside it).
 //!

@@ -4,8 +4,8 @@
 
 use super::job::{self, JobTable, LocalQueue};
 use super::{
-    Backend, Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, PendingMark,
-    ScopeRecord, SourceRecord, SourceStep,
+    Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, JobQueue, NodeStore, PendingMark,
+    Replication, ScopeRecord, SourceRecord, SourceStep, SourceStore, VectorStore,
 };
 use crate::error::Result;
 use crate::node::{FallbackMark, Node, NodeId};
@@ -79,7 +79,7 @@ impl MemoryBackend {
     }
 }
 
-impl Backend for MemoryBackend {
+impl NodeStore for MemoryBackend {
     fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         let mut m = self.lock();
         for n in nodes {
@@ -145,6 +145,34 @@ impl Backend for MemoryBackend {
         self.lock().nodes.len()
     }
 
+    fn pending_index(&self) -> Result<Vec<PendingMark>> {
+        Ok(self
+            .lock()
+            .pending
+            .iter()
+            .map(|(id, g)| PendingMark {
+                id: *id,
+                generation: *g,
+            })
+            .collect())
+    }
+
+    fn n_pending_index(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
+        let mut m = self.lock();
+        for d in done {
+            if m.pending.get(&d.id) == Some(&d.generation) {
+                m.pending.remove(&d.id);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SourceStore for MemoryBackend {
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
         Ok(self.lock().scopes.get(name).cloned())
     }
@@ -209,32 +237,17 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    fn pending_index(&self) -> Result<Vec<PendingMark>> {
-        Ok(self
-            .lock()
-            .pending
-            .iter()
-            .map(|(id, g)| PendingMark {
-                id: *id,
-                generation: *g,
-            })
-            .collect())
-    }
-
-    fn n_pending_index(&self) -> usize {
-        self.lock().pending.len()
-    }
-
-    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
-        let mut m = self.lock();
-        for d in done {
-            if m.pending.get(&d.id) == Some(&d.generation) {
-                m.pending.remove(&d.id);
-            }
-        }
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+        self.lock().views.insert(scope.to_string(), bytes);
         Ok(())
     }
 
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.lock().views.get(scope).cloned())
+    }
+}
+
+impl VectorStore for MemoryBackend {
     fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
         let mut m = self.lock();
         for (id, v) in vectors {
@@ -269,16 +282,9 @@ impl Backend for MemoryBackend {
         self.lock().embeddings.retain(|(_, n), _| n != id);
         Ok(())
     }
+}
 
-    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
-        self.lock().views.insert(scope.to_string(), bytes);
-        Ok(())
-    }
-
-    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.lock().views.get(scope).cloned())
-    }
-
+impl JobQueue for MemoryBackend {
     fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
         self.queue.enqueue(self, scope, kind, now)
     }
@@ -306,7 +312,9 @@ impl Backend for MemoryBackend {
     fn jobs(&self) -> Result<Vec<Job>> {
         job::all(self)
     }
+}
 
+impl Replication for MemoryBackend {
     fn flush(&self) -> Result<()> {
         Ok(())
     }

@@ -1,11 +1,11 @@
 //! The store: sources, their texts, scopes, nodes with deadlines, views, jobs, vectors and
-//! the pending-index set, behind one [`Backend`] trait.
+//! the pending-index set, behind five traits by job that together make a [`Backend`].
 //!
 //! [`Store`] is the handle the engine holds (cheap to clone): it encodes what the backends
 //! keep as opaque bytes (views, jobs), wakes the TTL sweeper when an earlier deadline
 //! arrives, and forwards everything else. Backends: [`sled`](self::sled) (the embedded
-//! default, `--db DIR`) and [`memory`] (tests). One conformance suite (`tests.rs`) runs
-//! against every backend. Only `store::sled` knows sled.
+//! default, `--db DIR`) and [`memory`] (tests). One conformance suite per trait (`tests.rs`)
+//! runs against every backend. Only `store::sled` knows sled.
 //!
 //! Every backend keeps the write protocol of docs/ARCHITECTURE.md ("Writes"): a
 //! [`SourceStep`] is applied whole or not at all; a node, its deadline, its expiry entry and
@@ -168,104 +168,147 @@ impl EmbedKey {
     }
 }
 
-/// What the engine needs from storage. Implementations keep the write protocol described
-/// in the module docs; the conformance suite checks it.
-pub trait Backend: Send + Sync {
-    // ---- nodes, with their deadlines and pending-index marks
+/// What the engine needs from storage, by job: [`NodeStore`], [`SourceStore`],
+/// [`VectorStore`], [`JobQueue`], [`Replication`]. Every type that implements the five is a
+/// `Backend`. Implementations keep the write protocol described in the module docs; the
+/// conformance suite (`store/tests.rs`) checks each job on every backend.
+pub trait Backend: NodeStore + SourceStore + VectorStore + JobQueue + Replication {}
+
+impl<T: NodeStore + SourceStore + VectorStore + JobQueue + Replication> Backend for T {}
+
+/// Nodes with their deadlines, fallback marks and pending-index marks.
+pub trait NodeStore: Send + Sync {
     /// Writes nodes (each with deadline, expiry entry, pending-index mark and fallback
     /// mark — `None` clears an earlier one) atomically.
     fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()>;
+
     fn get_node(&self, id: &NodeId) -> Result<Option<Node>>;
+
     /// The node's deadline (`u64::MAX`: never expires), without reading the node.
     fn deadline(&self, id: &NodeId) -> Result<Option<u64>>;
+
     /// Removes a node with its deadline, expiry entry and fallback mark and marks it
     /// pending, atomically.
     fn remove_node(&self, id: &NodeId) -> Result<bool>;
+
     /// Removes every node whose deadline is at or before `now` (each removal marked
     /// pending); returns their ids.
     fn sweep(&self, now: u64) -> Result<Vec<NodeId>>;
+
     /// The earliest deadline of any node.
     fn next_deadline(&self) -> Result<Option<u64>>;
+
     fn node_ids(&self) -> Result<Vec<NodeId>>;
+
     fn n_nodes(&self) -> usize;
+
     /// Many nodes at once, in the order of `ids` (a shared store answers in one round
     /// trip what would be one per node).
     fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
         ids.iter().map(|id| self.get_node(id)).collect()
     }
+
     /// Many nodes' deadlines at once, in the order of `ids`.
     fn deadlines(&self, ids: &[NodeId]) -> Result<Vec<Option<u64>>> {
         ids.iter().map(|id| self.deadline(id)).collect()
     }
 
-    // ---- fallback marks: nodes the offline fallback made, or that were built over one
     fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>>;
+
     fn n_fallback_marks(&self) -> usize;
+
     fn fallback_counts(&self) -> Result<FallbackCounts>;
 
-    // ---- scopes and sources
+    fn pending_index(&self) -> Result<Vec<PendingMark>>;
+
+    fn n_pending_index(&self) -> usize;
+
+    /// Clears marks whose generation is unchanged.
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()>;
+}
+
+/// Scopes, their sources and texts (written and forgotten a whole step at a time), and
+/// each scope's last complete view.
+pub trait SourceStore: Send + Sync {
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>>;
+
     fn scopes(&self) -> Result<Vec<ScopeRecord>>;
+
     fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>>;
+
     fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>>;
+
     /// Many source records of one scope at once, in the order of `ids`.
     fn get_sources(&self, scope: &str, ids: &[&str]) -> Result<Vec<Option<SourceRecord>>> {
         ids.iter().map(|id| self.get_source(scope, id)).collect()
     }
+
     /// Applies an ingest step whole or not at all.
     fn write_sources(&self, step: &SourceStep) -> Result<()>;
+
     /// Applies a forget step whole or not at all: its sources, texts and nodes go (each
     /// node's vectors too, and its pending-index mark is set), the scope record is
     /// replaced or removed, and the scope's last complete view is removed (it cites what
     /// was forgotten).
     fn forget(&self, step: &ForgetStep) -> Result<()>;
 
-    // ---- the pending-index set
-    fn pending_index(&self) -> Result<Vec<PendingMark>>;
-    fn n_pending_index(&self) -> usize;
-    /// Clears marks whose generation is unchanged.
-    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()>;
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()>;
 
-    // ---- node vectors per embedder
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>>;
+}
+
+/// Node vectors, per embedder.
+pub trait VectorStore: Send + Sync {
     fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()>;
+
     fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>>;
+
     fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool>;
+
     fn n_embeddings(&self) -> usize;
+
     /// Removes the vectors (of every embedder) whose node is gone; returns how many.
     fn remove_orphan_embeddings(&self) -> Result<usize>;
+
     /// Removes one node's vectors of every embedder.
     fn remove_node_embeddings(&self, id: &NodeId) -> Result<()>;
+}
 
-    // ---- opaque records: each scope's last complete view
-    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()>;
-    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>>;
-
-    // ---- the job queue: each job claimed by exactly one worker of one process
+/// The job queue: each job claimed by exactly one worker of one process.
+pub trait JobQueue: Send + Sync {
     /// Queues a job of `kind` for `scope` (durably, with an id never handed out before),
     /// or returns the queued one of the same kind for the scope (`true`: coalesced).
     fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)>;
+
     /// Claims the oldest queued job whose scope has no running job: it becomes `Running`
     /// (started at `now`, one more attempt), held by `who` for its lease. `None`: nothing
     /// to claim.
     fn claim_job(&self, who: &Claimant, now: u64) -> Result<Option<Job>>;
+
     /// Extends the lease on a claimed job; `false`: the claim was lost (another process
     /// took the job back after the lease ran out).
     fn renew_job(&self, id: u64, who: &Claimant) -> Result<bool>;
+
     /// Records the end of a claimed job (`Done`, `Failed`, or `Queued` to park it) if `who`
     /// still holds it, and keeps only the newest `keep` finished jobs. `false`: the claim
     /// was lost and nothing was written.
     fn finish_job(&self, job: &Job, who: &Claimant, keep: usize) -> Result<bool>;
+
     /// Queues again the running jobs whose process is gone: at open, every job this
     /// replica's previous process left running, and any job whose lease ran out.
     fn requeue_abandoned(&self, who: &Claimant) -> Result<usize>;
+
     /// How long until the lease of a running job runs out (then an idle worker can take
     /// it back). `None`: no lease to wait for.
     fn next_lease_expiry(&self) -> Result<Option<std::time::Duration>> {
         Ok(None)
     }
+
     fn get_job(&self, id: u64) -> Result<Option<Job>>;
+
     /// Every job, oldest (lowest id) first.
     fn jobs(&self) -> Result<Vec<Job>>;
+
     /// How many jobs wait to run.
     fn queued_jobs(&self) -> Result<usize> {
         Ok(self
@@ -274,36 +317,45 @@ pub trait Backend: Send + Sync {
             .filter(|j| j.state == JobState::Queued)
             .count())
     }
+}
 
-    // ---- several processes on one store (the embedded backends have one process)
+/// Several processes on one store (the embedded backends have one process: the defaults),
+/// and the store as a whole: durability, size.
+pub trait Replication: Send + Sync {
     /// Holds `scope`'s record against writers in other processes until the guard drops:
     /// ingest and append read the record, number the turns and write it under it. The
     /// embedded backends need nothing (the engine's write lock covers their one process).
     fn lock_scope(&self, _scope: &str) -> Result<ScopeLock> {
         Ok(ScopeLock::none())
     }
+
     /// Wake-ups for changes other processes made. `None`: no other process writes.
     fn events(&self) -> Option<Events> {
         None
     }
+
     /// Whether other processes write to this store too (their writes are not seen by
     /// [`Store::generation`]).
     fn shared(&self) -> bool {
         false
     }
+
     /// Whether this process's index can no longer catch up from the change feed (the
     /// feed was pruned past it): rebuild the index from the store.
     fn index_must_rebuild(&self) -> Result<bool> {
         Ok(false)
     }
+
     /// Every replica's index position (shared stores).
     fn replicas(&self) -> Result<Vec<ReplicaStatus>> {
         Ok(Vec::new())
     }
+
     /// Says this replica is alive (shared stores forget replicas silent for a day).
     fn heartbeat(&self) -> Result<()> {
         Ok(())
     }
+
     /// The name this process claims jobs under.
     fn replica_name(&self) -> String {
         "local".into()
@@ -311,6 +363,7 @@ pub trait Backend: Send + Sync {
 
     /// Makes everything written so far durable.
     fn flush(&self) -> Result<()>;
+
     fn size_on_disk(&self) -> u64;
 }
 

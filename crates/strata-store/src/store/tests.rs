@@ -469,32 +469,57 @@ fn a_forget_step_removes_sources_nodes_vectors_and_view_together(s: &Store) {
     s.flush().unwrap();
 }
 
+/// [`super::Replication`] on every backend: a scope's lock is taken, released and taken
+/// again, two scopes' at once; a heartbeat, the replica's name, the index's standing and a
+/// flush answer without error.
+fn scope_locks_heartbeats_and_flush(s: &Store) {
+    let a = s.lock_scope("rep-a").unwrap();
+    let b = s.lock_scope("rep-b").unwrap();
+    drop(a);
+    let again = s.lock_scope("rep-a").unwrap();
+    drop((again, b));
+    s.heartbeat().unwrap();
+    assert!(!s.replica_name().is_empty());
+    assert!(!s.index_must_rebuild().unwrap());
+    s.flush().unwrap();
+}
+
+/// One suite per storage trait (`NodeStore`, `SourceStore`, `VectorStore`, `JobQueue`,
+/// `Replication`), each run on every backend: `store::tests::<suite>::<backend>::<test>`.
 macro_rules! conformance {
-    ($($test:ident),* $(,)?) => {
-        mod sled_backend {
-            $(#[test] fn $test() { super::$test(&super::Store::temporary().unwrap()) })*
+    ($($suite:ident: [$($test:ident),* $(,)?]),* $(,)?) => {$(
+        mod $suite {
+            use super::*;
+            mod sled_backend {
+                $(#[test] fn $test() { super::$test(&super::Store::temporary().unwrap()) })*
+            }
+            mod memory_backend {
+                $(#[test] fn $test() { super::$test(&super::Store::in_memory()) })*
+            }
+            mod postgres_backend {
+                $(#[test] fn $test() {
+                    if let Some(s) = super::postgres_store(stringify!($test)) {
+                        super::$test(&s)
+                    }
+                })*
+            }
         }
-        mod memory_backend {
-            $(#[test] fn $test() { super::$test(&super::Store::in_memory()) })*
-        }
-        mod postgres_backend {
-            $(#[test] fn $test() {
-                if let Some(s) = super::postgres_store(stringify!($test)) {
-                    super::$test(&s)
-                }
-            })*
-        }
-    };
+    )*};
 }
 
 conformance!(
-    nodes_live_expire_and_sweep,
-    every_node_change_is_pending_until_cleared,
-    a_source_step_writes_and_removes_together,
-    batch_reads_answer_in_the_order_asked,
-    composite_keys_cannot_collide,
-    vectors_and_views,
-    the_job_queue_coalesces_claims_once_and_keeps_history,
-    fallback_marks_live_and_die_with_their_node,
-    a_forget_step_removes_sources_nodes_vectors_and_view_together,
+    node_store: [
+        nodes_live_expire_and_sweep,
+        every_node_change_is_pending_until_cleared,
+        fallback_marks_live_and_die_with_their_node,
+        batch_reads_answer_in_the_order_asked,
+    ],
+    source_store: [
+        a_source_step_writes_and_removes_together,
+        composite_keys_cannot_collide,
+        a_forget_step_removes_sources_nodes_vectors_and_view_together,
+    ],
+    vector_store: [vectors_and_views],
+    job_queue: [the_job_queue_coalesces_claims_once_and_keeps_history],
+    replication: [scope_locks_heartbeats_and_flush],
 );

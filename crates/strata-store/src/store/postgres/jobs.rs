@@ -41,8 +41,8 @@ fn job_of(r: &tokio_postgres::Row) -> PgResult<Job> {
     })
 }
 
-impl PgBackend {
-    pub(super) fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
+impl JobQueue for PgBackend {
+    fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
         let scope = scope.as_bytes().to_vec();
         let key = lock_key(&String::from_utf8_lossy(&scope));
         let now = i64_of(now);
@@ -83,7 +83,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn claim_job(&self, who: &Claimant, now: u64) -> Result<Option<Job>> {
+    fn claim_job(&self, who: &Claimant, now: u64) -> Result<Option<Job>> {
         let owner = who.owner.clone();
         let lease_ms = who.lease.as_millis() as f64;
         let now = i64_of(now);
@@ -141,7 +141,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn renew_job(&self, id: u64, who: &Claimant) -> Result<bool> {
+    fn renew_job(&self, id: u64, who: &Claimant) -> Result<bool> {
         let (id, owner) = (i64_of(id), who.owner.clone());
         let lease_ms = who.lease.as_millis() as f64;
         self.tx("job lease", move |tx| {
@@ -159,7 +159,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn finish_job(&self, job: &Job, who: &Claimant, keep: usize) -> Result<bool> {
+    fn finish_job(&self, job: &Job, who: &Claimant, keep: usize) -> Result<bool> {
         let job = Arc::new(job.clone());
         let outcome = Arc::new(job.outcome.as_ref().map(encode).transpose()?);
         let owner = who.owner.clone();
@@ -201,7 +201,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn requeue_abandoned(&self, who: &Claimant) -> Result<usize> {
+    fn requeue_abandoned(&self, who: &Claimant) -> Result<usize> {
         let owner = who.owner.clone();
         let n = self.tx("job requeue", move |tx| {
             let owner = owner.clone();
@@ -225,7 +225,7 @@ impl PgBackend {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    pub(super) fn next_lease_expiry(&self) -> Result<Option<Duration>> {
+    fn next_lease_expiry(&self) -> Result<Option<Duration>> {
         let ms = self.read("job leases", |c| {
             Box::pin(async move {
                 Ok(c.query_one(
@@ -240,7 +240,7 @@ impl PgBackend {
         Ok(ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)))
     }
 
-    pub(super) fn get_job(&self, id: u64) -> Result<Option<Job>> {
+    fn get_job(&self, id: u64) -> Result<Option<Job>> {
         let id = i64_of(id);
         self.read("job read", move |c| {
             Box::pin(async move {
@@ -258,7 +258,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn jobs(&self) -> Result<Vec<Job>> {
+    fn jobs(&self) -> Result<Vec<Job>> {
         self.read("jobs", |c| {
             Box::pin(async move {
                 c.query(&format!("SELECT {JOB_COLS} FROM jobs ORDER BY id"), &[])
@@ -270,7 +270,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn queued_jobs(&self) -> Result<usize> {
+    fn queued_jobs(&self) -> Result<usize> {
         let n = self.read("jobs", |c| {
             Box::pin(async move {
                 Ok(

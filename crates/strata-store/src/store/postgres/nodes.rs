@@ -2,8 +2,8 @@
 
 use super::*;
 
-impl PgBackend {
-    pub(super) fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
+impl NodeStore for PgBackend {
+    fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         let rows = Arc::new(NodeRows::of(nodes, mark)?);
         self.tx("node write", move |tx| {
             let rows = rows.clone();
@@ -14,7 +14,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
+    fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
         let key = id.0.to_vec();
         let body = self.read("node read", move |c| {
             let id = key.clone();
@@ -30,7 +30,7 @@ impl PgBackend {
         body.map(|b| decode(&format!("node {id}"), &b)).transpose()
     }
 
-    pub(super) fn deadline(&self, id: &NodeId) -> Result<Option<u64>> {
+    fn deadline(&self, id: &NodeId) -> Result<Option<u64>> {
         let id = id.0.to_vec();
         self.read("deadline read", move |c| {
             let id = id.clone();
@@ -45,7 +45,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn remove_node(&self, id: &NodeId) -> Result<bool> {
+    fn remove_node(&self, id: &NodeId) -> Result<bool> {
         let ids = Arc::new(vec![id.0.to_vec()]);
         self.tx("node removal", move |tx| {
             let ids = ids.clone();
@@ -56,7 +56,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
+    fn sweep(&self, now: u64) -> Result<Vec<NodeId>> {
         let now = i64_of(now);
         let gone = self.tx("sweep", move |tx| {
             Box::pin(async move {
@@ -83,7 +83,7 @@ impl PgBackend {
         Ok(ids)
     }
 
-    pub(super) fn next_deadline(&self) -> Result<Option<u64>> {
+    fn next_deadline(&self) -> Result<Option<u64>> {
         self.read("next deadline", |c| {
             Box::pin(async move {
                 let st = c
@@ -97,7 +97,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn node_ids(&self) -> Result<Vec<NodeId>> {
+    fn node_ids(&self) -> Result<Vec<NodeId>> {
         self.read("node ids", |c| {
             Box::pin(async move {
                 c.query("SELECT id FROM nodes ORDER BY id", &[])
@@ -109,11 +109,11 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn n_nodes(&self) -> usize {
+    fn n_nodes(&self) -> usize {
         self.count("nodes", "SELECT count(*) FROM nodes")
     }
 
-    pub(super) fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
+    fn get_nodes(&self, ids: &[NodeId]) -> Result<Vec<Option<Node>>> {
         let rows = self.by_ids(
             "node reads",
             "SELECT id, body FROM nodes WHERE id = ANY($1)",
@@ -130,7 +130,7 @@ impl PgBackend {
             .collect()
     }
 
-    pub(super) fn deadlines(&self, ids: &[NodeId]) -> Result<Vec<Option<u64>>> {
+    fn deadlines(&self, ids: &[NodeId]) -> Result<Vec<Option<u64>>> {
         let rows = self.by_ids(
             "deadline reads",
             "SELECT id, expires_at FROM nodes WHERE id = ANY($1)",
@@ -141,7 +141,7 @@ impl PgBackend {
         Ok(ids.iter().map(|id| rows.get(&id.0[..]).copied()).collect())
     }
 
-    pub(super) fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
+    fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
         let key = id.0.to_vec();
         let b = self.read("fallback mark", move |c| {
             let key = key.clone();
@@ -158,14 +158,14 @@ impl PgBackend {
             .transpose()
     }
 
-    pub(super) fn n_fallback_marks(&self) -> usize {
+    fn n_fallback_marks(&self) -> usize {
         self.count(
             "fallback marks",
             "SELECT count(*) FROM nodes WHERE fallback IS NOT NULL",
         )
     }
 
-    pub(super) fn fallback_counts(&self) -> Result<FallbackCounts> {
+    fn fallback_counts(&self) -> Result<FallbackCounts> {
         let marks = self.read("fallback marks", |c| {
             Box::pin(async move {
                 Ok(
@@ -187,7 +187,7 @@ impl PgBackend {
         Ok(c)
     }
 
-    pub(super) fn pending_index(&self) -> Result<Vec<PendingMark>> {
+    fn pending_index(&self) -> Result<Vec<PendingMark>> {
         let name = self.replica.clone();
         let rows = self.read("change feed", move |c| {
             let name = name.clone();
@@ -214,7 +214,7 @@ impl PgBackend {
         Ok(rows)
     }
 
-    pub(super) fn n_pending_index(&self) -> usize {
+    fn n_pending_index(&self) -> usize {
         let name = self.replica.clone();
         let r = self.read("change feed", move |c| {
             let name = name.clone();
@@ -241,7 +241,7 @@ impl PgBackend {
     /// oldest transaction still running, or to the oldest row not covered by `done` (a
     /// change made after the marks were read), whichever is lower. Rows above it that
     /// were applied are applied again next time (idempotent), none is skipped.
-    pub(super) fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
         if done.is_empty() {
             return Ok(());
         }
@@ -270,12 +270,10 @@ impl PgBackend {
             })
         })
     }
+}
 
-    pub(super) fn put_embeddings(
-        &self,
-        model: EmbedKey,
-        vectors: &[(NodeId, Vec<f32>)],
-    ) -> Result<()> {
+impl VectorStore for PgBackend {
+    fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
         let mut rows = BTreeMap::new();
         for (id, v) in vectors {
             rows.insert(id.0.to_vec(), encode(v)?);
@@ -298,7 +296,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
+    fn get_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<Option<Vec<f32>>> {
         let key = (model.0.to_vec(), id.0.to_vec());
         let b = self.read("vector read", move |c| {
             let key = key.clone();
@@ -315,7 +313,7 @@ impl PgBackend {
             .transpose()
     }
 
-    pub(super) fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
+    fn has_embedding(&self, model: EmbedKey, id: &NodeId) -> Result<bool> {
         let key = (model.0.to_vec(), id.0.to_vec());
         self.read("vector read", move |c| {
             let key = key.clone();
@@ -328,11 +326,11 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn n_embeddings(&self) -> usize {
+    fn n_embeddings(&self) -> usize {
         self.count("vectors", "SELECT count(*) FROM embeddings")
     }
 
-    pub(super) fn remove_orphan_embeddings(&self) -> Result<usize> {
+    fn remove_orphan_embeddings(&self) -> Result<usize> {
         let n = self.tx("vector cleanup", |tx| {
             Box::pin(async move {
                 Ok(tx
@@ -347,7 +345,7 @@ impl PgBackend {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    pub(super) fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
+    fn remove_node_embeddings(&self, id: &NodeId) -> Result<()> {
         let id = id.0.to_vec();
         self.tx("vector removal", move |tx| {
             let id = id.clone();

@@ -165,8 +165,10 @@ impl PgBackend {
         });
         Events { nodes, jobs }
     }
+}
 
-    pub(super) fn lock_scope(&self, scope: &str) -> Result<ScopeLock> {
+impl Replication for PgBackend {
+    fn lock_scope(&self, scope: &str) -> Result<ScopeLock> {
         let key = lock_key(scope);
         let name = scope.as_bytes().to_vec();
         let pool = self.pool.clone();
@@ -200,19 +202,19 @@ impl PgBackend {
         })))
     }
 
-    pub(super) fn events(&self) -> Option<Events> {
+    fn events(&self) -> Option<Events> {
         Some(self.events.get_or_init(|| self.listen()).clone())
     }
 
-    pub(super) fn shared(&self) -> bool {
+    fn shared(&self) -> bool {
         true
     }
 
-    pub(super) fn index_must_rebuild(&self) -> Result<bool> {
+    fn index_must_rebuild(&self) -> Result<bool> {
         Ok(self.rebuild.swap(false, Ordering::SeqCst))
     }
 
-    pub(super) fn replicas(&self) -> Result<Vec<ReplicaStatus>> {
+    fn replicas(&self) -> Result<Vec<ReplicaStatus>> {
         let me = self.replica.clone();
         self.read("replicas", move |c| {
             let me = me.clone();
@@ -240,21 +242,21 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn heartbeat(&self) -> Result<()> {
+    fn heartbeat(&self) -> Result<()> {
         self.register(false)?;
         self.prune()
     }
 
-    pub(super) fn replica_name(&self) -> String {
+    fn replica_name(&self) -> String {
         self.replica.clone()
     }
 
-    pub(super) fn flush(&self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         // Every write committed with synchronous_commit on: durable already.
         Ok(())
     }
 
-    pub(super) fn size_on_disk(&self) -> u64 {
+    fn size_on_disk(&self) -> u64 {
         let r = self.read("database size", |c| {
             Box::pin(async move {
                 Ok(

@@ -2,12 +2,8 @@
 
 use super::*;
 
-impl PgBackend {
-    pub(super) fn get_sources(
-        &self,
-        scope: &str,
-        ids: &[&str],
-    ) -> Result<Vec<Option<SourceRecord>>> {
+impl SourceStore for PgBackend {
+    fn get_sources(&self, scope: &str, ids: &[&str]) -> Result<Vec<Option<SourceRecord>>> {
         let rows = self.by_ids(
             "source reads",
             "SELECT id, record FROM sources WHERE scope = $1 AND id = ANY($2)",
@@ -24,7 +20,7 @@ impl PgBackend {
             .collect()
     }
 
-    pub(super) fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
+    fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
         let key = name.as_bytes().to_vec();
         let b = self.read("scope read", move |c| {
             let key = key.clone();
@@ -40,7 +36,7 @@ impl PgBackend {
         b.map(|b| decode(&format!("scope {name}"), &b)).transpose()
     }
 
-    pub(super) fn scopes(&self) -> Result<Vec<ScopeRecord>> {
+    fn scopes(&self) -> Result<Vec<ScopeRecord>> {
         let bodies = self.read("scopes", |c| {
             Box::pin(async move {
                 Ok(c.query("SELECT body FROM scopes ORDER BY name", &[])
@@ -53,7 +49,7 @@ impl PgBackend {
         bodies.iter().map(|b| decode("scope", b)).collect()
     }
 
-    pub(super) fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
+    fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
         let (s, id) = (scope.as_bytes().to_vec(), source.as_bytes().to_vec());
         let b = self.read("source read", move |c| {
             let (s, id) = (s.clone(), id.clone());
@@ -70,7 +66,7 @@ impl PgBackend {
             .transpose()
     }
 
-    pub(super) fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
+    fn get_text(&self, scope: &str, source: &str) -> Result<Option<String>> {
         let (s, id) = (scope.as_bytes().to_vec(), source.as_bytes().to_vec());
         self.read("text read", move |c| {
             let (s, id) = (s.clone(), id.clone());
@@ -86,7 +82,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn write_sources(&self, step: &SourceStep) -> Result<()> {
+    fn write_sources(&self, step: &SourceStep) -> Result<()> {
         struct Step {
             scope: String,
             name: Vec<u8>,
@@ -187,7 +183,7 @@ impl PgBackend {
         Ok(())
     }
 
-    pub(super) fn forget(&self, step: &ForgetStep) -> Result<()> {
+    fn forget(&self, step: &ForgetStep) -> Result<()> {
         struct Step {
             scope: String,
             name: Vec<u8>,
@@ -274,7 +270,7 @@ impl PgBackend {
         Ok(())
     }
 
-    pub(super) fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
         let data = Arc::new((scope.as_bytes().to_vec(), bytes));
         self.tx("view write", move |tx| {
             let d = data.clone();
@@ -291,7 +287,7 @@ impl PgBackend {
         })
     }
 
-    pub(super) fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
         let key = scope.as_bytes().to_vec();
         self.read("view read", move |c| {
             let key = key.clone();

@@ -28,8 +28,8 @@
 
 use super::job::{self, JobTable, LocalQueue};
 use super::{
-    Backend, Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, PendingMark,
-    ScopeRecord, SourceRecord, SourceStep, decode, encode,
+    Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, JobQueue, NodeStore, PendingMark,
+    Replication, ScopeRecord, SourceRecord, SourceStep, SourceStore, VectorStore, decode, encode,
 };
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -278,7 +278,7 @@ impl SledBackend {
     }
 }
 
-impl Backend for SledBackend {
+impl NodeStore for SledBackend {
     fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         let values = nodes.iter().map(encode).collect::<Result<Vec<_>>>()?;
         let mark = mark.map(|m| encode(&m)).transpose()?;
@@ -373,6 +373,44 @@ impl Backend for SledBackend {
         Ok(c)
     }
 
+    fn pending_index(&self) -> Result<Vec<PendingMark>> {
+        self.unindexed
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.db()?;
+                // Layout-1 marks had no generation: 0.
+                let generation = <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes);
+                Ok(PendingMark {
+                    id: node_id(&k, "unindexed")?,
+                    generation,
+                })
+            })
+            .collect()
+    }
+
+    fn n_pending_index(&self) -> usize {
+        self.unindexed.len()
+    }
+
+    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
+        for m in done {
+            let current = self.unindexed.get(m.id.0).db()?;
+            let same = current.as_ref().is_some_and(|v| {
+                <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes) == m.generation
+            });
+            if same {
+                // Err(CompareAndSwapError) = the mark changed since: keep it.
+                let _ = self
+                    .unindexed
+                    .compare_and_swap(m.id.0, current, None as Option<&[u8]>)
+                    .db()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SourceStore for SledBackend {
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
         match self.scopes.get(name.as_bytes()).db()? {
             Some(v) => Ok(Some(decode(&format!("scope {name}"), &v)?)),
@@ -515,42 +553,17 @@ impl Backend for SledBackend {
             .map_err(txn_err("forget"))
     }
 
-    fn pending_index(&self) -> Result<Vec<PendingMark>> {
-        self.unindexed
-            .iter()
-            .map(|kv| {
-                let (k, v) = kv.db()?;
-                // Layout-1 marks had no generation: 0.
-                let generation = <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes);
-                Ok(PendingMark {
-                    id: node_id(&k, "unindexed")?,
-                    generation,
-                })
-            })
-            .collect()
-    }
-
-    fn n_pending_index(&self) -> usize {
-        self.unindexed.len()
-    }
-
-    fn clear_pending_index(&self, done: &[PendingMark]) -> Result<()> {
-        for m in done {
-            let current = self.unindexed.get(m.id.0).db()?;
-            let same = current.as_ref().is_some_and(|v| {
-                <[u8; 8]>::try_from(v.as_ref()).map_or(0, u64::from_be_bytes) == m.generation
-            });
-            if same {
-                // Err(CompareAndSwapError) = the mark changed since: keep it.
-                let _ = self
-                    .unindexed
-                    .compare_and_swap(m.id.0, current, None as Option<&[u8]>)
-                    .db()?;
-            }
-        }
+    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+        self.views.insert(scope.as_bytes(), bytes).db()?;
         Ok(())
     }
 
+    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.views.get(scope.as_bytes()).db()?.map(|v| v.to_vec()))
+    }
+}
+
+impl VectorStore for SledBackend {
     fn put_embeddings(&self, model: EmbedKey, vectors: &[(NodeId, Vec<f32>)]) -> Result<()> {
         let mut batch = sled::Batch::default();
         for (id, v) in vectors {
@@ -602,16 +615,9 @@ impl Backend for SledBackend {
         }
         Ok(())
     }
+}
 
-    fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
-        self.views.insert(scope.as_bytes(), bytes).db()?;
-        Ok(())
-    }
-
-    fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.views.get(scope.as_bytes()).db()?.map(|v| v.to_vec()))
-    }
-
+impl JobQueue for SledBackend {
     fn enqueue_job(&self, scope: &str, kind: JobKind, now: u64) -> Result<(Job, bool)> {
         self.queue.enqueue(self, scope, kind, now)
     }
@@ -640,7 +646,9 @@ impl Backend for SledBackend {
     fn jobs(&self) -> Result<Vec<Job>> {
         job::all(self)
     }
+}
 
+impl Replication for SledBackend {
     fn flush(&self) -> Result<()> {
         self.db.flush().db()?;
         Ok(())
