@@ -367,7 +367,7 @@ pub trait Replication: Send + Sync {
     fn size_on_disk(&self) -> u64;
 }
 
-/// A scope's record held against other processes' writers ([`Backend::lock_scope`]);
+/// A scope's record held against other processes' writers ([`Replication::lock_scope`]);
 /// released on drop.
 pub struct ScopeLock(#[allow(dead_code)] Option<Box<dyn Send>>);
 

@@ -1,7 +1,7 @@
 //! The PostgreSQL backend (`--db postgres://...`): one corpus shared by any number of
 //! `strata serve` replicas and CLI processes. Only this module knows tokio-postgres.
 //!
-//! **Calls.** [`Backend`] is synchronous and is called from async code; the client is
+//! **Calls.** [`Backend`](super::Backend) is synchronous and is called from async code; the client is
 //! async. So the backend owns a small tokio runtime of its own (two threads) that drives a
 //! connection pool (deadpool-postgres); a call spawns its future there and blocks the
 //! calling thread on a channel until it is done — never a nested `block_on`, so it is
@@ -14,7 +14,7 @@
 //! the same statement batch of one transaction.
 //!
 //! **Many processes.** A scope's record is written under a session-level advisory lock
-//! on the scope ([`Backend::lock_scope`]), fenced by a version column; jobs are claimed
+//! on the scope ([`Replication::lock_scope`]), fenced by a version column; jobs are claimed
 //! with `FOR UPDATE SKIP LOCKED` under a lease (one running job per scope is a unique
 //! index); node changes go to a feed (`node_changes`) that each replica's index follows
 //! from its own watermark, woken by `LISTEN/NOTIFY`. See docs/ARCHITECTURE.md.
