@@ -130,22 +130,7 @@ impl SourceStore for PgBackend {
             let s = s2.clone();
             Box::pin(async move {
                 feed_writer(tx).await?;
-                let st = tx
-                    .prepare_cached("SELECT version FROM scopes WHERE name = $1 FOR UPDATE")
-                    .await?;
-                let now = tx
-                    .query_opt(&st, &[&s.name])
-                    .await?
-                    .map_or(-1, |r| r.get::<_, i64>(0));
-                if let Some(expected) = s.fence
-                    && expected != now
-                {
-                    return Err(Error::Store(format!(
-                        "scope `{}` changed while this process held its lock (the connection holding it was lost); nothing was written: retry",
-                        s.scope
-                    ))
-                    .into());
-                }
+                fenced(tx, &s.name, s.fence, &s.scope).await?;
                 write_nodes(tx, &s.nodes).await?;
                 if !s.source_ids.is_empty() {
                     let st = tx
@@ -174,7 +159,10 @@ impl SourceStore for PgBackend {
                          RETURNING version",
                     )
                     .await?;
-                Ok(tx.query_one(&st, &[&s.name, &s.body]).await?.get::<_, i64>(0))
+                Ok(tx
+                    .query_one(&st, &[&s.name, &s.body])
+                    .await?
+                    .get::<_, i64>(0))
             })
         })?;
         if let Some(v) = self.fences.lock().expect("poisoned").get_mut(&s.scope) {
@@ -211,22 +199,7 @@ impl SourceStore for PgBackend {
             let s = s2.clone();
             Box::pin(async move {
                 feed_writer(tx).await?;
-                let st = tx
-                    .prepare_cached("SELECT version FROM scopes WHERE name = $1 FOR UPDATE")
-                    .await?;
-                let now = tx
-                    .query_opt(&st, &[&s.name])
-                    .await?
-                    .map_or(-1, |r| r.get::<_, i64>(0));
-                if let Some(expected) = s.fence
-                    && expected != now
-                {
-                    return Err(Error::Store(format!(
-                        "scope `{}` changed while this process held its lock (the connection holding it was lost); nothing was written: retry",
-                        s.scope
-                    ))
-                    .into());
-                }
+                fenced(tx, &s.name, s.fence, &s.scope).await?;
                 remove_nodes(tx, &s.remove_nodes).await?;
                 if !s.remove_nodes.is_empty() {
                     let st = tx
@@ -301,4 +274,32 @@ impl SourceStore for PgBackend {
             })
         })
     }
+}
+
+/// Locks the scope's row for the transaction and checks the fence: when this process took
+/// the scope's lock at `fence` (the record's version then) and the version is another now,
+/// the connection that held the lock was lost and another writer may have written — the
+/// step is refused and nothing is written.
+async fn fenced(
+    tx: &deadpool_postgres::Transaction<'_>,
+    name: &[u8],
+    fence: Option<i64>,
+    scope: &str,
+) -> PgResult<()> {
+    let st = tx
+        .prepare_cached("SELECT version FROM scopes WHERE name = $1 FOR UPDATE")
+        .await?;
+    let now = tx
+        .query_opt(&st, &[&name])
+        .await?
+        .map_or(-1, |r| r.get::<_, i64>(0));
+    if let Some(expected) = fence
+        && expected != now
+    {
+        return Err(Error::Store(format!(
+            "scope `{scope}` changed while this process held its lock (the connection holding it was lost); nothing was written: retry"
+        ))
+        .into());
+    }
+    Ok(())
 }
