@@ -5,13 +5,17 @@
 //!
 //! ```sh
 //! cargo bench --bench appends                                  # 500 rounds, then 400 turns
-//! STRATA_BENCH_ROUNDS=25 STRATA_BENCH_APPENDS=10000 cargo bench --bench appends
+//! STRATA_BENCH_ROUNDS=25 STRATA_BENCH_APPENDS=10000 STRATA_BENCH_WINDOW=0 \
+//!     cargo bench --bench appends                              # appends alone, 10,000 turns
 //! ```
 //!
 //! Every `STRATA_BENCH_EVERY` appends (default: a tenth of them) a row: the turns so far,
-//! the median and worst append and context times of the appends since the last row, and
-//! the store's bytes on disk per turn appended since. Flat rows mean O(1) per turn. The
-//! same rows go to `target/bench-appends.json`.
+//! the median and worst append and context times of the appends since the last row, the
+//! bytes the process wrote and read per append (`/proc/self/io` `wchar`/`rchar`: the store's
+//! log and the index's files; the window's own reads and writes are not counted), and the
+//! store's bytes on disk per turn appended since. Flat rows mean O(1) per turn.
+//! `STRATA_BENCH_WINDOW=0` leaves the window out (appends alone). The same rows go to
+//! `target/bench-appends.json`.
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -52,6 +56,18 @@ fn dir_bytes(p: &Path) -> u64 {
     n
 }
 
+/// The bytes this process has passed to `write` and `read` calls so far (`/proc/self/io`).
+fn io_bytes() -> (u64, u64) {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("wchar:"), field("rchar:"))
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
@@ -66,6 +82,7 @@ fn main() {
     let appends = env("STRATA_BENCH_APPENDS", 400);
     let every = env("STRATA_BENCH_EVERY", (appends / 10).max(1));
     let budget = env("STRATA_BENCH_BUDGET", 4000) as usize;
+    let with_window = env("STRATA_BENCH_WINDOW", 1) != 0;
 
     std::fs::create_dir_all(&target).expect("target dir");
     let tmp = tempfile::tempdir_in(&target).expect("temp dir");
@@ -104,13 +121,14 @@ fn main() {
     );
 
     println!(
-        "| turns | append p50 / max | context `auto` {budget} p50 / max | store bytes per turn | store |"
+        "| turns | append p50 / max | context `auto` {budget} p50 / max | written / read per append | store bytes per turn | store |"
     );
-    println!("|--:|--:|--:|--:|--:|");
+    println!("|--:|--:|--:|--:|--:|--:|");
     let mut rng = Lcg(0x0a99_e4d5);
     let mut rows = Vec::new();
     let (mut append_ms, mut context_ms) = (Vec::new(), Vec::new());
     let mut bytes_before = dir_bytes(&db);
+    let (mut written, mut read) = (0u64, 0u64);
     for i in 0..appends {
         let n = start_turns + i;
         let round = rounds + 1 + (i / SPEAKERS.len() as u64) as u32;
@@ -121,15 +139,21 @@ fn main() {
             text: turn_text(&mut rng, round, speaker),
             time: None,
         };
+        let (w0, r0) = io_bytes();
         let t = Instant::now();
         engine
             .append_turn(SCOPE, format!("t{}", n + 1), turn, now)
             .expect("append_turn");
         append_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
-        let w = window(&engine);
-        context_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        assert!(w.tokens <= budget, "over budget");
+        let (w1, r1) = io_bytes();
+        written += w1 - w0;
+        read += r1 - r0;
+        if with_window {
+            let t = Instant::now();
+            let w = window(&engine);
+            context_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            assert!(w.tokens <= budget, "over budget");
+        }
         if (i + 1) % every == 0 {
             // What sled has not written yet is written before the size is read.
             engine.store().flush().expect("flush");
@@ -138,16 +162,25 @@ fn main() {
             let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
             let (amax, cmax) = (max(&append_ms), max(&context_ms));
             let (a50, c50) = (median(&mut append_ms), median(&mut context_ms));
+            let k = append_ms.len() as u64;
+            let (w, r) = (written / k, read / k);
+            let context = if with_window {
+                format!("{c50:.1} / {cmax:.1} ms")
+            } else {
+                "-".into()
+            };
             println!(
-                "| {} | {a50:.1} / {amax:.1} ms | {c50:.1} / {cmax:.1} ms | {per_turn:.0} | {:.1} MB |",
+                "| {} | {a50:.1} / {amax:.1} ms | {context} | {w} / {r} B | {per_turn:.0} | {:.1} MB |",
                 n + 1,
                 bytes as f64 / 1e6
             );
             rows.push(json!({
                 "turns": n + 1, "append_ms_p50": a50, "append_ms_max": amax,
                 "context_ms_p50": c50, "context_ms_max": cmax,
+                "written_per_append": w, "read_per_append": r,
                 "store_bytes_per_turn": per_turn, "store_bytes": bytes,
             }));
+            (written, read) = (0, 0);
             append_ms.clear();
             context_ms.clear();
             bytes_before = bytes;
@@ -156,6 +189,7 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let out = json!({
         "rounds": rounds, "start_turns": start_turns, "appends": appends, "budget": budget,
+        "window": with_window,
         "load_average": load.split_whitespace().take(3).collect::<Vec<_>>(),
         "rows": rows,
     });

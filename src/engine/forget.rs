@@ -153,7 +153,7 @@ impl Engine {
         crate::fail::point("forget:before-commit");
         self.store.forget(&ForgetStep {
             scope: scope.to_string(),
-            record,
+            record: record.as_ref().map(|r| r.head()),
             remove_sources: report.sources.clone(),
             remove_nodes: remove,
         })?;

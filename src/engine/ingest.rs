@@ -8,7 +8,7 @@ use crate::level::Level;
 use crate::node::{Meta, Node, NodeId, Span, full_id_at};
 use crate::source::{self, InputFile, SourceInput};
 use crate::store::{
-    ChunkRef, ScopeKind, ScopeRecord, SourceEntry, SourcePut, SourceRecord, SourceStep,
+    ChunkRef, ScopeHead, ScopeKind, SourceEntry, SourcePut, SourceRecord, SourceStep,
 };
 use crate::time::{Time, TimeSpan};
 use serde::Serialize;
@@ -56,7 +56,7 @@ impl Engine {
             return Err(Error::invalid("no files given"));
         }
         crate::id::scope(scope)?;
-        let existing = self.store.get_scope(scope)?;
+        let existing = self.store.get_scope_head(scope)?;
         let max = self.cfg.ingest.max_source_bytes();
         let mut files = Vec::with_capacity(paths.len());
         for p in paths {
@@ -157,7 +157,8 @@ impl Engine {
         now: u64,
     ) -> Result<IngestReport> {
         let kind = files.first().map(|f| f.kind).unwrap_or(ScopeKind::Doc);
-        let mut rec = match self.store.get_scope(scope)? {
+        // The scope's head, not its list: a turn reads and writes its own entry only.
+        let mut head = match self.store.get_scope_head(scope)? {
             Some(r) if r.kind != kind => {
                 return Err(Error::invalid(format!(
                     "scope `{scope}` holds {}s; this input is a {}",
@@ -166,10 +167,9 @@ impl Engine {
                 )));
             }
             Some(r) => r,
-            None => ScopeRecord {
+            None => ScopeHead {
                 name: scope.to_string(),
                 kind,
-                sources: Vec::new(),
                 next_seq: 0,
                 created_at: now,
                 updated_at: now,
@@ -184,7 +184,8 @@ impl Engine {
         for (f, chunks) in files.iter().zip(prepared) {
             report.bytes += f.bytes;
             let mut step = SourceStep {
-                scope: rec.clone(),
+                scope: head.clone(),
+                list: Vec::new(),
                 put: Vec::new(),
                 remove_sources: Vec::new(),
                 remove_nodes: Vec::new(),
@@ -194,23 +195,23 @@ impl Engine {
             if kind == ScopeKind::Debate && !f.path.as_os_str().is_empty() {
                 let prefix = format!("{}#", f.path.display());
                 let keep: HashSet<&str> = f.sources.iter().map(|s| s.id.as_str()).collect();
-                let gone: Vec<String> = rec
-                    .sources
-                    .iter()
+                let listed = self.store.get_scope(scope)?.map(|r| r.sources);
+                let gone: Vec<String> = listed
+                    .unwrap_or_default()
+                    .into_iter()
                     .filter(|e| e.id.starts_with(&prefix) && !keep.contains(e.id.as_str()))
-                    .map(|e| e.id.clone())
+                    .map(|e| e.id)
                     .collect();
                 for id in gone {
                     if let Some(old) = self.store.get_source(scope, &id)? {
                         step.remove_nodes.extend(old.chunks.iter().map(|c| c.id));
                     }
-                    rec.sources.retain(|e| e.id != id);
                     step.remove_sources.push(id);
                     report.removed += 1;
                 }
             }
             for (s, chunks) in f.sources.iter().zip(chunks) {
-                match self.stage_source(&mut rec, &mut step, s, chunks, now)? {
+                match self.stage_source(&mut head, &mut step, s, chunks, now)? {
                     Outcome::Added => report.added += 1,
                     Outcome::Replaced => report.replaced += 1,
                     Outcome::Unchanged => report.unchanged += 1,
@@ -220,9 +221,8 @@ impl Engine {
                 continue;
             }
             report.chunks_written += step.put.iter().map(|p| p.nodes.len()).sum::<usize>();
-            rec.updated_at = now;
-            sort_sources(&mut rec);
-            step.scope = rec.clone();
+            head.updated_at = now;
+            step.scope = head.clone();
             self.store.write_sources(&step)?;
             crate::fail::point("ingest:file-written");
         }
@@ -242,11 +242,12 @@ impl Engine {
         self.ingest(scope, &[file], now)
     }
 
-    /// Adds one source to `step` (and to the scope record `rec`), or finds it unchanged.
-    /// `chunks` were cut before the lock; `None` means the source looked unchanged then.
+    /// Adds one source to `step` (and counts it in the scope's head `rec`), or finds it
+    /// unchanged. `chunks` were cut before the lock; `None` means the source looked
+    /// unchanged then.
     fn stage_source(
         &self,
-        rec: &mut ScopeRecord,
+        rec: &mut ScopeHead,
         step: &mut SourceStep,
         s: &SourceInput,
         chunks: Option<Vec<Chunk>>,
@@ -254,7 +255,11 @@ impl Engine {
     ) -> Result<Outcome> {
         let budget = self.cfg.chunk.tokens;
         let old = self.store.get_source(&rec.name, &s.id)?;
-        let listed = rec.sources.iter().find(|e| e.id == s.id).map(|e| e.seq);
+        // Listed by this step already (an id given twice), or by the store.
+        let listed = match step.list.iter().find(|e| e.id == s.id) {
+            Some(e) => Some(e.seq),
+            None => self.store.get_entry(&rec.name, &s.id)?.map(|e| e.seq),
+        };
         if let Some(o) = &old
             && listed.is_some()
             && unchanged(o, s, budget)
@@ -309,8 +314,8 @@ impl Engine {
                     .filter(|id| !new_ids.contains(id)),
             );
         }
-        rec.sources.retain(|e| e.id != s.id);
-        rec.sources.push(SourceEntry {
+        step.list.retain(|e| e.id != s.id);
+        step.list.push(SourceEntry {
             id: s.id.clone(),
             round: s.round,
             seq,
@@ -331,9 +336,10 @@ impl Engine {
     /// if needed. Safe to call concurrently: appends are serialised and none is lost. The
     /// turn is durable on return; it becomes searchable with the next build or query.
     ///
-    /// N comes from the scope record, which is written in the same transaction as the turn,
+    /// N comes from the scope's head, which is written in the same transaction as the turn,
     /// so a crash can never hand out a number twice; an id the store already holds (a
-    /// leftover of an older strata) is skipped, never replaced.
+    /// leftover of an older strata) is skipped, never replaced. An append reads and writes
+    /// the head and the turn's own entry, whatever the debate's length.
     pub fn append(
         &self,
         scope: &str,
@@ -355,13 +361,11 @@ impl Engine {
         let (report, id) = {
             let _w = self.write.lock().expect("write lock poisoned");
             let _s = self.store.lock_scope(scope)?;
-            let rec = self.store.get_scope(scope)?;
-            let mut n = rec.as_ref().map_or(0, |r| r.next_seq) + 1;
+            let head = self.store.get_scope_head(scope)?;
+            let mut n = head.as_ref().map_or(0, |r| r.next_seq) + 1;
             let id = loop {
                 let id = format!("{scope}#turn-{n}");
-                let listed = rec
-                    .as_ref()
-                    .is_some_and(|r| r.sources.iter().any(|e| e.id == id));
+                let listed = head.is_some() && self.store.get_entry(scope, &id)?.is_some();
                 if !listed && self.store.get_source(scope, &id)?.is_none() {
                     break id;
                 }
@@ -394,13 +398,6 @@ fn kind_name(k: ScopeKind) -> &'static str {
     match k {
         ScopeKind::Doc => "document",
         ScopeKind::Debate => "debate",
-    }
-}
-
-fn sort_sources(rec: &mut ScopeRecord) {
-    match rec.kind {
-        ScopeKind::Doc => rec.sources.sort_by_key(|e| e.seq),
-        ScopeKind::Debate => rec.sources.sort_by_key(|e| (e.round.unwrap_or(0), e.seq)),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use strata::model::{BoxFuture, CompressRequest, ModelError, SubModel};
 use strata::source::Turn;
-use strata::store::SourceStep;
+use strata::store::{ForgetStep, SourcePut, SourceStep};
 use strata::{Config, Engine, NoProgress};
 
 fn turn(round: u32, speaker: &str, text: &str) -> Turn {
@@ -19,16 +19,37 @@ fn turn(round: u32, speaker: &str, text: &str) -> Turn {
     }
 }
 
-/// Overwrites a scope's record alone, as the old write order could leave it after a crash.
-fn put_scope_record(e: &Engine, rec: strata::store::ScopeRecord) {
-    e.store()
-        .write_sources(&SourceStep {
-            scope: rec,
-            put: Vec::new(),
-            remove_sources: Vec::new(),
-            remove_nodes: Vec::new(),
-        })
-        .unwrap();
+/// What the old write order could leave after a crash: `source`'s record and text stored
+/// but its scope not listing it, and the scope's turn counter at `next_seq`.
+fn unlist(e: &Engine, scope: &str, source: &str, next_seq: Option<u64>) {
+    let st = e.store();
+    let record = st.get_source(scope, source).unwrap().unwrap();
+    let text = st.get_text(scope, source).unwrap().unwrap();
+    let mut head = st.get_scope_head(scope).unwrap().unwrap();
+    if let Some(n) = next_seq {
+        head.next_seq = n;
+    }
+    st.forget(&ForgetStep {
+        scope: scope.into(),
+        record: Some(head.clone()),
+        remove_sources: vec![source.into()],
+        remove_nodes: Vec::new(),
+    })
+    .unwrap();
+    st.write_sources(&SourceStep {
+        scope: head,
+        list: Vec::new(),
+        put: vec![SourcePut {
+            record,
+            text,
+            nodes: Vec::new(),
+        }],
+        remove_sources: Vec::new(),
+        remove_nodes: Vec::new(),
+    })
+    .unwrap();
+    assert_eq!(st.get_entry(scope, source).unwrap(), None);
+    assert!(st.get_source(scope, source).unwrap().is_some());
 }
 
 #[test]
@@ -75,9 +96,8 @@ fn a_source_record_its_scope_does_not_list_is_ingested_again() {
         .unwrap();
     // What the old write order could leave: b's record and text, but a scope that lists
     // only a.
-    let mut rec = e.store().get_scope("kb").unwrap().unwrap();
-    rec.sources.retain(|s| s.id == a.display().to_string());
-    put_scope_record(&e, rec);
+    unlist(&e, "kb", &b.display().to_string(), None);
+    assert_eq!(e.scope_stats("kb", T0).unwrap().sources, 1);
     let r = e.ingest_files("kb", None, &[a, b], T0).unwrap();
     assert_eq!((r.added, r.unchanged), (1, 1), "{r:?}");
     assert_eq!(e.scope_stats("kb", T0).unwrap().sources, 2);
@@ -99,10 +119,7 @@ fn append_never_reuses_a_stored_turn_id() {
         assert_eq!(id, format!("x#turn-{i}"));
     }
     // Rewind the counter and forget turn 3 in the list, as the old write order could.
-    let mut rec = e.store().get_scope("x").unwrap().unwrap();
-    rec.next_seq = 2;
-    rec.sources.retain(|s| s.id != "x#turn-3");
-    put_scope_record(&e, rec);
+    unlist(&e, "x", "x#turn-3", Some(2));
     let (r, id) = e
         .append("x", turn(4, "bo", "A new turn after the crash."), T0)
         .unwrap();

@@ -5,7 +5,8 @@
 use super::job::{self, JobTable, LocalQueue};
 use super::{
     Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, JobQueue, NodeStore, PendingMark,
-    Replication, ScopeRecord, SourceRecord, SourceStep, SourceStore, VectorStore,
+    Replication, ScopeHead, ScopeRecord, SourceEntry, SourceRecord, SourceStep, SourceStore,
+    VectorStore,
 };
 use crate::error::Result;
 use crate::node::{FallbackMark, Node, NodeId};
@@ -23,7 +24,9 @@ struct Inner {
     nodes: BTreeMap<NodeId, Node>,
     /// (deadline, id) for every node that expires.
     expiry: BTreeSet<(u64, NodeId)>,
-    scopes: BTreeMap<String, ScopeRecord>,
+    scopes: BTreeMap<String, ScopeHead>,
+    /// (scope, source) → the scope's entry for it.
+    members: BTreeMap<(String, String), SourceEntry>,
     /// (scope, source) → record and text.
     sources: BTreeMap<(String, String), (SourceRecord, String)>,
     pending: BTreeMap<NodeId, u64>,
@@ -36,6 +39,16 @@ struct Inner {
 }
 
 impl Inner {
+    fn scope(&self, head: &ScopeHead) -> ScopeRecord {
+        let entries = self
+            .members
+            .range((head.name.clone(), String::new())..)
+            .take_while(|((s, _), _)| *s == head.name)
+            .map(|(_, e)| e.clone())
+            .collect();
+        ScopeRecord::of(head.clone(), entries)
+    }
+
     fn mark(&mut self, id: NodeId) {
         self.generation += 1;
         self.pending.insert(id, self.generation);
@@ -174,11 +187,25 @@ impl NodeStore for MemoryBackend {
 
 impl SourceStore for MemoryBackend {
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
+        let m = self.lock();
+        Ok(m.scopes.get(name).map(|h| m.scope(h)))
+    }
+
+    fn get_scope_head(&self, name: &str) -> Result<Option<ScopeHead>> {
         Ok(self.lock().scopes.get(name).cloned())
     }
 
+    fn get_entry(&self, scope: &str, source: &str) -> Result<Option<SourceEntry>> {
+        Ok(self
+            .lock()
+            .members
+            .get(&(scope.to_string(), source.to_string()))
+            .cloned())
+    }
+
     fn scopes(&self) -> Result<Vec<ScopeRecord>> {
-        Ok(self.lock().scopes.values().cloned().collect())
+        let m = self.lock();
+        Ok(m.scopes.values().map(|h| m.scope(h)).collect())
     }
 
     fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
@@ -212,8 +239,12 @@ impl SourceStore for MemoryBackend {
         for id in &step.remove_nodes {
             m.remove(id);
         }
+        for e in &step.list {
+            m.members.insert((scope.clone(), e.id.clone()), e.clone());
+        }
         for id in &step.remove_sources {
             m.sources.remove(&(scope.clone(), id.clone()));
+            m.members.remove(&(scope.clone(), id.clone()));
         }
         m.scopes.insert(scope, step.scope.clone());
         Ok(())
@@ -228,10 +259,14 @@ impl SourceStore for MemoryBackend {
         m.embeddings.retain(|(_, n), _| !gone.contains(n));
         for id in &step.remove_sources {
             m.sources.remove(&(step.scope.clone(), id.clone()));
+            m.members.remove(&(step.scope.clone(), id.clone()));
         }
         match &step.record {
             Some(r) => m.scopes.insert(step.scope.clone(), r.clone()),
-            None => m.scopes.remove(&step.scope),
+            None => {
+                m.members.retain(|(s, _), _| *s != step.scope);
+                m.scopes.remove(&step.scope)
+            }
         };
         m.views.remove(&step.scope);
         Ok(())

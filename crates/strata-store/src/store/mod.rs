@@ -55,6 +55,10 @@ impl std::str::FromStr for ScopeKind {
     }
 }
 
+/// A scope as readers see it: its [`ScopeHead`] and every source it lists, in scope order.
+/// Backends keep the head and one entry per source apart, so that a step writes the
+/// entries it changes, not the whole list (record format 1 held the list inline; such a
+/// record is still read, and its list moves out at the scope's next write).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScopeRecord {
     pub name: String,
@@ -66,12 +70,105 @@ pub struct ScopeRecord {
     pub updated_at: u64,
 }
 
+impl ScopeRecord {
+    /// The record of `head` listing `entries`, put in scope order.
+    pub fn of(head: ScopeHead, mut entries: Vec<SourceEntry>) -> ScopeRecord {
+        sort_entries(head.kind, &mut entries);
+        ScopeRecord {
+            name: head.name,
+            kind: head.kind,
+            sources: entries,
+            next_seq: head.next_seq,
+            created_at: head.created_at,
+            updated_at: head.updated_at,
+        }
+    }
+
+    /// Its head: everything but the list.
+    pub fn head(&self) -> ScopeHead {
+        ScopeHead {
+            name: self.name.clone(),
+            kind: self.kind,
+            next_seq: self.next_seq,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+
+    /// Its entry for `source`, if it lists it.
+    pub fn entry(&self, source: &str) -> Option<&SourceEntry> {
+        self.sources.iter().find(|e| e.id == source)
+    }
+}
+
+/// Scope order: documents by arrival, a debate's turns by round, then arrival.
+pub fn sort_entries(kind: ScopeKind, entries: &mut [SourceEntry]) {
+    match kind {
+        ScopeKind::Doc => entries.sort_by_key(|e| e.seq),
+        ScopeKind::Debate => entries.sort_by_key(|e| (e.round.unwrap_or(0), e.seq)),
+    }
+}
+
+/// A scope's own record (format 2), without its list of sources: what an append reads and
+/// writes, whatever the length of the debate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeHead {
+    pub name: String,
+    pub kind: ScopeKind,
+    /// The arrival number the next new source gets.
+    pub next_seq: u64,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
 /// A source's place in its scope.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceEntry {
     pub id: String,
     pub round: Option<u32>,
     pub seq: u64,
+}
+
+/// A scope as a backend keeps it: a head whose entries are stored one by one, or (record
+/// format 1, written by older stratas) a record holding its list inline. A step on an
+/// inline scope moves its list out first ([`StoredScope::entries_to_move`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum StoredScope {
+    Head(ScopeHead),
+    Inline(ScopeRecord),
+}
+
+impl StoredScope {
+    /// Decodes a stored scope value of either format.
+    pub(crate) fn decode(what: &str, bytes: &[u8]) -> Result<StoredScope> {
+        match bytes.first().map(|v| v & !COMPRESSED) {
+            Some(v) if v == <ScopeRecord as Record>::VERSION => {
+                decode(what, bytes).map(StoredScope::Inline)
+            }
+            _ => decode(what, bytes).map(StoredScope::Head),
+        }
+    }
+
+    pub(crate) fn head(&self) -> ScopeHead {
+        match self {
+            StoredScope::Head(h) => h.clone(),
+            StoredScope::Inline(r) => r.head(),
+        }
+    }
+
+    /// The entries an inline record lists that a step removing `removed` keeps: they are
+    /// written one by one in the step that replaces the record with its head.
+    pub(crate) fn entries_to_move(&self, removed: &[String]) -> Vec<SourceEntry> {
+        match self {
+            StoredScope::Head(_) => Vec::new(),
+            StoredScope::Inline(r) => r
+                .sources
+                .iter()
+                .filter(|e| !removed.contains(&e.id))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 /// One FULL chunk of a source, as recorded at ingest.
@@ -103,14 +200,19 @@ pub struct SourceRecord {
     pub time: Option<crate::time::Time>,
 }
 
-/// One ingest step for [`Store::write_sources`], applied whole or not at all.
+/// One ingest step for [`Store::write_sources`], applied whole or not at all. Its size is
+/// what it changes: the scope's head, the entries of the sources it adds or moves, the
+/// sources and nodes it writes or removes — never the scope's whole list.
 #[derive(Debug)]
 pub struct SourceStep {
-    /// The scope's record after the step.
-    pub scope: ScopeRecord,
+    /// The scope's head after the step.
+    pub scope: ScopeHead,
+    /// Entries the scope lists from now on (new sources, or a source whose round changed);
+    /// every other entry stays as it is.
+    pub list: Vec<SourceEntry>,
     /// Sources added or replaced: record, text, FULL nodes.
     pub put: Vec<SourcePut>,
-    /// Sources removed from the scope (record and text).
+    /// Sources removed from the scope (record, text and entry).
     pub remove_sources: Vec<String>,
     /// Nodes removed (FULL chunks of replaced or removed sources).
     pub remove_nodes: Vec<NodeId>,
@@ -121,9 +223,9 @@ pub struct SourceStep {
 #[derive(Debug)]
 pub struct ForgetStep {
     pub scope: String,
-    /// The scope's record after the step; `None`: the scope itself goes.
-    pub record: Option<ScopeRecord>,
-    /// Sources removed (record and text).
+    /// The scope's head after the step; `None`: the scope itself goes, with every entry.
+    pub record: Option<ScopeHead>,
+    /// Sources removed (record, text and entry).
     pub remove_sources: Vec<String>,
     /// Nodes removed (each with its deadline, expiry entry, fallback mark and vectors of
     /// every embedder, and marked pending for the index).
@@ -230,7 +332,14 @@ pub trait NodeStore: Send + Sync {
 /// Scopes, their sources and texts (written and forgotten a whole step at a time), and
 /// each scope's last complete view.
 pub trait SourceStore: Send + Sync {
+    /// The scope with every source it lists, in scope order.
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>>;
+
+    /// The scope's head alone: one read, whatever the scope's size.
+    fn get_scope_head(&self, name: &str) -> Result<Option<ScopeHead>>;
+
+    /// The scope's entry for `source`, if it lists it: one read.
+    fn get_entry(&self, scope: &str, source: &str) -> Result<Option<SourceEntry>>;
 
     fn scopes(&self) -> Result<Vec<ScopeRecord>>;
 
@@ -722,6 +831,16 @@ impl Store {
         self.backend.get_scope(name)
     }
 
+    /// The scope's head alone (one read; [`Store::get_scope`] reads its whole list).
+    pub fn get_scope_head(&self, name: &str) -> Result<Option<ScopeHead>> {
+        self.backend.get_scope_head(name)
+    }
+
+    /// The scope's entry for `source`, if it lists it (one read).
+    pub fn get_entry(&self, scope: &str, source: &str) -> Result<Option<SourceEntry>> {
+        self.backend.get_entry(scope, source)
+    }
+
     pub fn scopes(&self) -> Result<Vec<ScopeRecord>> {
         self.backend.scopes()
     }
@@ -739,7 +858,7 @@ impl Store {
         self.backend.get_sources(scope, ids)
     }
 
-    /// Applies one ingest step atomically: the scope's new record, the sources it adds or
+    /// Applies one ingest step atomically: the scope's new head and entries, the sources it adds or
     /// replaces (record, text and FULL nodes), the sources and nodes it removes, and the
     /// pending-index marks of every node it writes or removes. A crash leaves the store
     /// before or after the whole step, never in between: the scope never lists a source

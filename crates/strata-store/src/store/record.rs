@@ -7,7 +7,7 @@
 //! records without a time. Views (plans) are derived data: one of another version is not
 //! read (the engine ignores it and writes a new one at the next complete build).
 
-use super::{ChunkRef, Job, JobOutcome, ScopeRecord, SourceRecord};
+use super::{ChunkRef, Job, JobOutcome, ScopeHead, ScopeRecord, SourceEntry, SourceRecord};
 use crate::level::Level;
 use crate::node::{FallbackMark, Meta, Node, NodeId, Span, Tags};
 use bincode::error::DecodeError;
@@ -42,7 +42,14 @@ fn body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
     bincode::serde::decode_from_slice(body, bincode::config::standard()).map(|(v, _)| v)
 }
 
+/// Format 1 of a scope: its list inline (read; written only by older stratas).
 impl Record for ScopeRecord {}
+
+/// Format 2 of a scope: the head, its entries stored one by one beside it.
+impl Record for ScopeHead {
+    const VERSION: u8 = 2;
+}
+impl Record for SourceEntry {}
 impl Record for String {}
 impl Record for FallbackMark {}
 impl Record for Vec<f32> {}

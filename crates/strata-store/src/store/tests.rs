@@ -60,8 +60,10 @@ pub(crate) fn record(scope: &str, id: &str) -> SourceRecord {
 }
 
 fn put_source(s: &Store, scope: &str, src: &str, text: &str, nodes: Vec<Node>) {
+    let rec = scope_record(scope, &[src]);
     s.write_sources(&SourceStep {
-        scope: scope_record(scope, &[src]),
+        scope: rec.head(),
+        list: rec.sources,
         put: vec![SourcePut {
             record: record(scope, src),
             text: text.into(),
@@ -130,7 +132,8 @@ fn a_source_step_writes_and_removes_together(s: &Store) {
     let mut rec = scope_record("kb", &["a.md", "b.md"]);
     rec.updated_at = 9;
     s.write_sources(&SourceStep {
-        scope: rec.clone(),
+        scope: rec.head(),
+        list: rec.sources.clone(),
         put: vec![
             SourcePut {
                 record: record("kb", "a.md"),
@@ -147,16 +150,17 @@ fn a_source_step_writes_and_removes_together(s: &Store) {
         remove_nodes: vec![NodeId([2; 32])],
     })
     .unwrap();
-    assert_eq!(s.get_scope("kb").unwrap(), Some(rec));
+    assert_eq!(s.get_scope("kb").unwrap(), Some(rec.clone()));
     assert_eq!(
         s.get_text("kb", "a.md").unwrap().as_deref(),
         Some("alpha 2")
     );
     assert!(s.get_node(&NodeId([2; 32])).unwrap().is_none());
     assert_eq!(s.n_nodes(), 3);
-    // Remove b.md and its chunk.
+    // Remove b.md and its chunk (the step lists nothing anew: a.md keeps its entry).
     s.write_sources(&SourceStep {
-        scope: scope_record("kb", &["a.md"]),
+        scope: rec.head(),
+        list: Vec::new(),
         put: Vec::new(),
         remove_sources: vec!["b.md".into()],
         remove_nodes: vec![NodeId([4; 32])],
@@ -164,7 +168,115 @@ fn a_source_step_writes_and_removes_together(s: &Store) {
     .unwrap();
     assert!(s.get_source("kb", "b.md").unwrap().is_none());
     assert!(s.get_text("kb", "b.md").unwrap().is_none());
-    assert_eq!(s.scopes().unwrap().len(), 1);
+    assert_eq!(s.get_entry("kb", "b.md").unwrap(), None);
+    let scopes = s.scopes().unwrap();
+    assert_eq!(scopes.len(), 1);
+    assert_eq!(scopes[0].sources, rec.sources[..1]);
+}
+
+/// A scope a strata before per-entry lists left (record format 1, its list inline, as
+/// `scope_record("d", &["a", "b", "c"])`): it reads as it was; its next step moves the list
+/// out, keeping what the step does not remove. Each backend's test stores the old record.
+pub(crate) fn an_inline_scope_reads_and_moves_its_list_out(s: &Store) {
+    let old = scope_record("d", &["a", "b", "c"]);
+    assert_eq!(s.get_scope("d").unwrap().as_ref(), Some(&old));
+    assert_eq!(s.get_scope_head("d").unwrap(), Some(old.head()));
+    assert_eq!(s.get_entry("d", "b").unwrap(), old.entry("b").cloned());
+    assert_eq!(s.get_entry("d", "z").unwrap(), None);
+    let mut head = old.head();
+    head.next_seq += 1;
+    let new = SourceEntry {
+        id: "e".into(),
+        round: None,
+        seq: 3,
+    };
+    s.write_sources(&SourceStep {
+        scope: head.clone(),
+        list: vec![new.clone()],
+        put: Vec::new(),
+        remove_sources: vec!["b".into()],
+        remove_nodes: Vec::new(),
+    })
+    .unwrap();
+    let mut want = old.sources.clone();
+    want.remove(1);
+    want.push(new);
+    assert_eq!(s.get_scope("d").unwrap(), Some(ScopeRecord::of(head, want)));
+    assert_eq!(s.get_entry("d", "c").unwrap(), old.entry("c").cloned());
+    assert_eq!(s.get_entry("d", "b").unwrap(), None);
+}
+
+/// A step writes the entries it names and leaves the others: a turn appended to a long
+/// debate writes its own entry and the head, and the list reads back in scope order.
+fn a_scope_lists_its_entries_one_step_at_a_time(s: &Store) {
+    let head = |next_seq| ScopeHead {
+        name: "d".into(),
+        kind: ScopeKind::Debate,
+        next_seq,
+        created_at: 1,
+        updated_at: next_seq,
+    };
+    // Turns arrive out of round order: t0 in round 2, t1 in round 1, t2 in round 2.
+    for (seq, (id, round)) in [("t0", 2), ("t1", 1), ("t2", 2)].into_iter().enumerate() {
+        let seq = seq as u64;
+        s.write_sources(&SourceStep {
+            scope: head(seq + 1),
+            list: vec![SourceEntry {
+                id: id.into(),
+                round: Some(round),
+                seq,
+            }],
+            put: vec![SourcePut {
+                record: record("d", id),
+                text: id.into(),
+                nodes: Vec::new(),
+            }],
+            remove_sources: Vec::new(),
+            remove_nodes: Vec::new(),
+        })
+        .unwrap();
+        assert_eq!(s.get_scope_head("d").unwrap(), Some(head(seq + 1)));
+    }
+    let rec = s.get_scope("d").unwrap().unwrap();
+    let order: Vec<&str> = rec.sources.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(order, ["t1", "t0", "t2"], "by round, then arrival");
+    assert_eq!(rec.head(), head(3));
+    assert_eq!(
+        s.get_entry("d", "t0").unwrap(),
+        Some(SourceEntry {
+            id: "t0".into(),
+            round: Some(2),
+            seq: 0
+        })
+    );
+    assert_eq!(s.get_entry("d", "t9").unwrap(), None);
+    assert_eq!(s.get_entry("other", "t0").unwrap(), None);
+    // Re-placing a turn (its round changed) rewrites its entry alone.
+    s.write_sources(&SourceStep {
+        scope: head(3),
+        list: vec![SourceEntry {
+            id: "t2".into(),
+            round: Some(0),
+            seq: 2,
+        }],
+        put: Vec::new(),
+        remove_sources: Vec::new(),
+        remove_nodes: Vec::new(),
+    })
+    .unwrap();
+    let order: Vec<String> = s
+        .get_scope("d")
+        .unwrap()
+        .unwrap()
+        .sources
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(order, ["t2", "t1", "t0"]);
+    // A scope whose name is a prefix of another's shares none of its entries.
+    put_source(s, "d2", "t0", "x", Vec::new());
+    assert_eq!(s.get_scope("d").unwrap().unwrap().sources.len(), 3);
+    assert_eq!(s.get_scope("d2").unwrap().unwrap().sources.len(), 1);
 }
 
 fn batch_reads_answer_in_the_order_asked(s: &Store) {
@@ -376,8 +488,10 @@ pub(crate) fn postgres_store(test: &str) -> Option<Store> {
 fn a_forget_step_removes_sources_nodes_vectors_and_view_together(s: &Store) {
     let m = EmbedKey::of("one");
     // kb holds a.md (nodes 1, 2) and b.md (node 3); node 4 is derived over 1 and 3.
+    let both = scope_record("kb", &["a.md", "b.md"]);
     s.write_sources(&SourceStep {
-        scope: scope_record("kb", &["a.md", "b.md"]),
+        scope: both.head(),
+        list: both.sources.clone(),
         put: vec![
             SourcePut {
                 record: record("kb", "a.md"),
@@ -409,10 +523,11 @@ fn a_forget_step_removes_sources_nodes_vectors_and_view_together(s: &Store) {
     s.clear_pending_index(&pending).unwrap();
 
     // Forget a.md: its record, text, chunks, the derived node 4 with its mark and vectors.
-    let rec = scope_record("kb", &["b.md"]);
+    let mut rec = both.clone();
+    rec.sources.remove(0);
     s.forget(&ForgetStep {
         scope: "kb".into(),
-        record: Some(rec.clone()),
+        record: Some(rec.head()),
         remove_sources: vec!["a.md".into()],
         remove_nodes: vec![NodeId([1; 32]), NodeId([2; 32]), NodeId([4; 32])],
     })
@@ -516,6 +631,7 @@ conformance!(
     ],
     source_store: [
         a_source_step_writes_and_removes_together,
+        a_scope_lists_its_entries_one_step_at_a_time,
         composite_keys_cannot_collide,
         a_forget_step_removes_sources_nodes_vectors_and_view_together,
     ],

@@ -29,8 +29,8 @@ mod sources;
 use super::job::{Claimant, Job, JobKind, JobOutcome, JobState};
 use super::{
     EmbedKey, Events, FallbackCounts, ForgetStep, JobQueue, NodeStore, PendingMark, ReplicaStatus,
-    Replication, ScopeLock, ScopeRecord, SourceRecord, SourceStep, SourceStore, VectorStore,
-    decode, encode,
+    Replication, ScopeHead, ScopeLock, ScopeRecord, SourceEntry, SourceRecord, SourceStep,
+    SourceStore, StoredScope, VectorStore, decode, encode,
 };
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};

@@ -122,6 +122,22 @@ CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued';
 INSERT INTO strata_meta VALUES ('record_format', 2);
 "#,
     },
+    Migration {
+        version: 3,
+        description: "a scope's sources one row each (members); scope bodies in format 2",
+        // Nothing moves here either: a scope body of format 1 (its list inline) is read as
+        // it is, and its list moves to `members` in the scope's next write. A strata
+        // before this version cannot read a format 2 body: this version refuses it at open.
+        sql: r#"
+CREATE TABLE members (
+    scope bytea NOT NULL,
+    id bytea NOT NULL,
+    entry bytea NOT NULL,
+    PRIMARY KEY (scope, id)
+);
+UPDATE strata_meta SET value = 3 WHERE key = 'record_format';
+"#,
+    },
 ];
 
 /// The newest version this binary knows.

@@ -22,6 +22,31 @@ impl SourceStore for PgBackend {
 
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
         let key = name.as_bytes().to_vec();
+        // The body and the entries in one snapshot: a writer between two reads cannot
+        // make a list that never was.
+        let (body, entries) = self.read("scope read", move |c| {
+            let key = key.clone();
+            Box::pin(async move {
+                let st = c
+                    .prepare_cached(
+                        "SELECT s.body, m.entry FROM scopes s \
+                         LEFT JOIN members m ON m.scope = s.name WHERE s.name = $1",
+                    )
+                    .await?;
+                let rows = c.query(&st, &[&key]).await?;
+                Ok((
+                    rows.first().map(|r| r.get::<_, Vec<u8>>(0)),
+                    rows.iter()
+                        .filter_map(|r| r.get::<_, Option<Vec<u8>>>(1))
+                        .collect::<Vec<_>>(),
+                ))
+            })
+        })?;
+        body.map(|b| with_entries(name, &b, &entries)).transpose()
+    }
+
+    fn get_scope_head(&self, name: &str) -> Result<Option<ScopeHead>> {
+        let key = name.as_bytes().to_vec();
         let b = self.read("scope read", move |c| {
             let key = key.clone();
             Box::pin(async move {
@@ -33,20 +58,66 @@ impl SourceStore for PgBackend {
                     .map(|r| r.get::<_, Vec<u8>>(0)))
             })
         })?;
-        b.map(|b| decode(&format!("scope {name}"), &b)).transpose()
+        b.map(|b| Ok(StoredScope::decode(&format!("scope {name}"), &b)?.head()))
+            .transpose()
+    }
+
+    fn get_entry(&self, scope: &str, source: &str) -> Result<Option<SourceEntry>> {
+        let (s, id) = (scope.as_bytes().to_vec(), source.as_bytes().to_vec());
+        let (body, entry) = self.read("entry read", move |c| {
+            let (s, id) = (s.clone(), id.clone());
+            Box::pin(async move {
+                let st = c
+                    .prepare_cached(
+                        "SELECT s.body, m.entry FROM scopes s \
+                         LEFT JOIN members m ON m.scope = s.name AND m.id = $2 \
+                         WHERE s.name = $1",
+                    )
+                    .await?;
+                Ok(match c.query_opt(&st, &[&s, &id]).await? {
+                    Some(r) => (Some(r.get::<_, Vec<u8>>(0)), r.get::<_, Option<Vec<u8>>>(1)),
+                    None => (None, None),
+                })
+            })
+        })?;
+        let Some(body) = body else { return Ok(None) };
+        match StoredScope::decode(&format!("scope {scope}"), &body)? {
+            StoredScope::Inline(r) => Ok(r.entry(source).cloned()),
+            StoredScope::Head(_) => entry
+                .map(|e| decode(&format!("entry {source}"), &e))
+                .transpose(),
+        }
     }
 
     fn scopes(&self) -> Result<Vec<ScopeRecord>> {
-        let bodies = self.read("scopes", |c| {
+        let rows = self.read("scopes", |c| {
             Box::pin(async move {
-                Ok(c.query("SELECT body FROM scopes ORDER BY name", &[])
-                    .await?
-                    .iter()
-                    .map(|r| r.get::<_, Vec<u8>>(0))
-                    .collect::<Vec<_>>())
+                let rows = c
+                    .query(
+                        "SELECT s.name, s.body, m.entry FROM scopes s \
+                         LEFT JOIN members m ON m.scope = s.name ORDER BY s.name",
+                        &[],
+                    )
+                    .await?;
+                let mut out: Vec<(Vec<u8>, Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+                for r in &rows {
+                    let name: Vec<u8> = r.get(0);
+                    if out.last().is_none_or(|(n, _, _)| *n != name) {
+                        out.push((name, r.get(1), Vec::new()));
+                    }
+                    if let (Some(e), Some(last)) = (r.get::<_, Option<Vec<u8>>>(2), out.last_mut())
+                    {
+                        last.2.push(e);
+                    }
+                }
+                Ok(out)
             })
         })?;
-        bodies.iter().map(|b| decode("scope", b)).collect()
+        rows.iter()
+            .map(|(name, body, entries)| {
+                with_entries(&String::from_utf8_lossy(name), body, entries)
+            })
+            .collect()
     }
 
     fn get_source(&self, scope: &str, source: &str) -> Result<Option<SourceRecord>> {
@@ -93,6 +164,9 @@ impl SourceStore for PgBackend {
             texts: Vec<Vec<u8>>,
             remove_nodes: Vec<Vec<u8>>,
             remove_sources: Vec<Vec<u8>>,
+            removed: Vec<String>,
+            entry_ids: Vec<Vec<u8>>,
+            entries: Vec<Vec<u8>>,
             fence: Option<i64>,
         }
         let scope = step.scope.name.clone();
@@ -100,6 +174,9 @@ impl SourceStore for PgBackend {
         let s = Arc::new(Step {
             name: scope.as_bytes().to_vec(),
             body: encode(&step.scope)?,
+            removed: step.remove_sources.clone(),
+            entry_ids: step.list.iter().map(|e| e.id.as_bytes().to_vec()).collect(),
+            entries: step.list.iter().map(encode).collect::<Result<_>>()?,
             nodes: NodeRows::of(step.put.iter().flat_map(|p| &p.nodes), None)?,
             source_ids: step
                 .put
@@ -131,6 +208,8 @@ impl SourceStore for PgBackend {
             Box::pin(async move {
                 feed_writer(tx).await?;
                 fenced(tx, &s.name, s.fence, &s.scope).await?;
+                move_inline_list(tx, &s.name, &s.scope, &s.removed).await?;
+                put_entries(tx, &s.name, &s.entry_ids, &s.entries).await?;
                 write_nodes(tx, &s.nodes).await?;
                 if !s.source_ids.is_empty() {
                     let st = tx
@@ -145,12 +224,7 @@ impl SourceStore for PgBackend {
                         .await?;
                 }
                 remove_nodes(tx, &s.remove_nodes).await?;
-                if !s.remove_sources.is_empty() {
-                    let st = tx
-                        .prepare_cached("DELETE FROM sources WHERE scope = $1 AND id = ANY($2)")
-                        .await?;
-                    tx.execute(&st, &[&s.name, &s.remove_sources]).await?;
-                }
+                remove_sources(tx, &s.name, &s.remove_sources).await?;
                 let st = tx
                     .prepare_cached(
                         "INSERT INTO scopes (name, body) VALUES ($1, $2) \
@@ -178,6 +252,7 @@ impl SourceStore for PgBackend {
             body: Option<Vec<u8>>,
             remove_nodes: Vec<Vec<u8>>,
             remove_sources: Vec<Vec<u8>>,
+            removed: Vec<String>,
             fence: Option<i64>,
         }
         let scope = step.scope.clone();
@@ -185,6 +260,7 @@ impl SourceStore for PgBackend {
         let s = Arc::new(Step {
             name: scope.as_bytes().to_vec(),
             body: step.record.as_ref().map(encode).transpose()?,
+            removed: step.remove_sources.clone(),
             remove_nodes: step.remove_nodes.iter().map(|id| id.0.to_vec()).collect(),
             remove_sources: step
                 .remove_sources
@@ -207,12 +283,15 @@ impl SourceStore for PgBackend {
                         .await?;
                     tx.execute(&st, &[&s.remove_nodes]).await?;
                 }
-                if !s.remove_sources.is_empty() {
+                if s.body.is_some() {
+                    move_inline_list(tx, &s.name, &s.scope, &s.removed).await?;
+                } else {
                     let st = tx
-                        .prepare_cached("DELETE FROM sources WHERE scope = $1 AND id = ANY($2)")
+                        .prepare_cached("DELETE FROM members WHERE scope = $1")
                         .await?;
-                    tx.execute(&st, &[&s.name, &s.remove_sources]).await?;
+                    tx.execute(&st, &[&s.name]).await?;
                 }
+                remove_sources(tx, &s.name, &s.remove_sources).await?;
                 let st = tx
                     .prepare_cached("DELETE FROM views WHERE scope = $1")
                     .await?;
@@ -274,6 +353,84 @@ impl SourceStore for PgBackend {
             })
         })
     }
+}
+
+/// A stored scope with its list: the inline one (format 1), or its `members` rows.
+fn with_entries(name: &str, body: &[u8], entries: &[Vec<u8>]) -> Result<ScopeRecord> {
+    match StoredScope::decode(&format!("scope {name}"), body)? {
+        StoredScope::Inline(r) => Ok(r),
+        StoredScope::Head(h) => {
+            let entries = entries
+                .iter()
+                .map(|e| decode(&format!("an entry of scope {name}"), e))
+                .collect::<Result<Vec<SourceEntry>>>()?;
+            Ok(ScopeRecord::of(h, entries))
+        }
+    }
+}
+
+/// A scope record of format 1 (its list inline, written by an older strata) moves its list
+/// to `members`, but for the sources the step removes; the step then writes the head.
+async fn move_inline_list(
+    tx: &deadpool_postgres::Transaction<'_>,
+    name: &[u8],
+    scope: &str,
+    removed: &[String],
+) -> PgResult<()> {
+    let st = tx
+        .prepare_cached("SELECT body FROM scopes WHERE name = $1")
+        .await?;
+    let Some(row) = tx.query_opt(&st, &[&name]).await? else {
+        return Ok(());
+    };
+    let moved = StoredScope::decode(&format!("scope {scope}"), &row.get::<_, Vec<u8>>(0))?
+        .entries_to_move(removed);
+    if moved.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Vec<u8>> = moved.iter().map(|e| e.id.as_bytes().to_vec()).collect();
+    let entries = moved.iter().map(encode).collect::<Result<Vec<_>>>()?;
+    put_entries(tx, name, &ids, &entries).await
+}
+
+/// Writes a scope's entries (a source listed anew, or its entry changed).
+async fn put_entries(
+    tx: &deadpool_postgres::Transaction<'_>,
+    name: &[u8],
+    ids: &[Vec<u8>],
+    entries: &[Vec<u8>],
+) -> PgResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let st = tx
+        .prepare_cached(
+            "INSERT INTO members (scope, id, entry) \
+             SELECT $1, * FROM unnest($2::bytea[], $3::bytea[]) \
+             ON CONFLICT (scope, id) DO UPDATE SET entry = EXCLUDED.entry",
+        )
+        .await?;
+    tx.execute(&st, &[&name, &ids, &entries]).await?;
+    Ok(())
+}
+
+/// Removes sources from a scope: record, text and entry.
+async fn remove_sources(
+    tx: &deadpool_postgres::Transaction<'_>,
+    name: &[u8],
+    ids: &[Vec<u8>],
+) -> PgResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for sql in [
+        "DELETE FROM sources WHERE scope = $1 AND id = ANY($2)",
+        "DELETE FROM members WHERE scope = $1 AND id = ANY($2)",
+    ] {
+        let st = tx.prepare_cached(sql).await?;
+        tx.execute(&st, &[&name, &ids]).await?;
+    }
+    Ok(())
 }
 
 /// Locks the scope's row for the transaction and checks the fence: when this process took

@@ -20,8 +20,10 @@ fn who(owner: &str, lease_ms: u64) -> Claimant {
 }
 
 fn step(scope: &str, src: &str, n: u8) -> SourceStep {
+    let rec = scope_record(scope, &[src]);
     SourceStep {
-        scope: scope_record(scope, &[src]),
+        scope: rec.head(),
+        list: rec.sources,
         put: vec![SourcePut {
             record: record(scope, src),
             text: format!("text {n}"),
@@ -233,6 +235,7 @@ fn a_schema_1_database_with_version_1_records_opens() {
         &format!(
             "DELETE FROM strata_migrations WHERE version >= 2;
              DELETE FROM strata_meta WHERE key = 'record_format';
+             DROP TABLE members;
              INSERT INTO nodes (id, expires_at, body) VALUES ('\\x{}', NULL, '\\x{}');",
             hex(&n.id.0),
             hex(&v1::encode(&old))
@@ -245,6 +248,30 @@ fn a_schema_1_database_with_version_1_records_opens() {
         (&["bob".to_string()][..], None)
     );
     assert_eq!(got.text, n.text);
+}
+
+/// A database whose scope bodies are format 1 (its list inline, schema 2): the scope reads
+/// as it was, and its next write moves the list to `members`.
+#[test]
+fn a_schema_2_scope_moves_its_list_out_at_its_next_write() {
+    let Some(pg) = scratch::Scratch::for_test("schema_2_scope") else {
+        return;
+    };
+    let url = pg.database().unwrap();
+    drop(Store::open_postgres(&url, "a", 2, None).unwrap());
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    scratch_execute(
+        &url,
+        &format!(
+            "DELETE FROM strata_migrations WHERE version >= 3;
+             DROP TABLE members;
+             INSERT INTO scopes (name, body) VALUES ('\\x{}', '\\x{}');",
+            hex(b"d"),
+            hex(&encode(&scope_record("d", &["a", "b", "c"])).unwrap())
+        ),
+    );
+    let s = Store::open_postgres(&url, "a", 2, None).unwrap();
+    crate::store::tests::an_inline_scope_reads_and_moves_its_list_out(&s);
 }
 
 fn scratch_execute(url: &str, sql: &str) {

@@ -3,7 +3,10 @@
 //! Trees:
 //! - `sources`: [`source_key`] (length-prefixed scope ++ source) → [`SourceRecord`]
 //! - `texts`:   [`source_key`] → the source text as ingested (ground truth for citations)
-//! - `scopes`:  `scope` → [`ScopeRecord`]
+//! - `scopes`:  `scope` → [`ScopeHead`] (format 2; format 1, a [`ScopeRecord`] with its list
+//!   inline, is read, and its list moves to `members` at the scope's next write)
+//! - `members`: [`source_key`] → [`SourceEntry`]: the sources a scope lists, one entry each,
+//!   so that a turn appended writes its own entry, not the list
 //! - `nodes`:   node id → [`Node`]
 //! - `deadlines`: node id → big-endian deadline (`u64::MAX` = never): liveness without
 //!   decoding nodes
@@ -29,7 +32,8 @@
 use super::job::{self, JobTable, LocalQueue};
 use super::{
     Claimant, EmbedKey, FallbackCounts, ForgetStep, Job, JobKind, JobQueue, NodeStore, PendingMark,
-    Replication, ScopeRecord, SourceRecord, SourceStep, SourceStore, VectorStore, decode, encode,
+    Replication, ScopeHead, ScopeRecord, SourceEntry, SourceRecord, SourceStep, SourceStore,
+    StoredScope, VectorStore, decode, encode,
 };
 use crate::error::{Error, Result};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -50,7 +54,10 @@ use tx::{NodeTx, TxResult, txn_err};
 /// node change; 3: node and source records may be format 2 (source times), which a strata
 /// of layout 2 cannot read — it refuses the store at open instead of failing on a record.
 /// 2 → 3 changes nothing but the layout byte: version 1 records are read as they are.
-pub const LAYOUT: u8 = 3;
+/// 4: a scope's list of sources is kept one entry per source in `members` (a scope
+/// record of format 1 holds it inline until its next write), which a strata of layout 3
+/// cannot read; 3 → 4 changes nothing but the layout byte.
+pub const LAYOUT: u8 = 4;
 
 /// sled's errors as ours: a full disk is its own error whichever write met it, damage
 /// points to `strata repair`, the rest is one line. (A function, not `From`: `Error` is
@@ -92,6 +99,7 @@ pub struct SledBackend {
     sources: sled::Tree,
     texts: sled::Tree,
     scopes: sled::Tree,
+    members: sled::Tree,
     views: sled::Tree,
     jobs: sled::Tree,
     unindexed: sled::Tree,
@@ -198,6 +206,7 @@ impl SledBackend {
             sources: db.open_tree("sources").db()?,
             texts: db.open_tree("texts").db()?,
             scopes: db.open_tree("scopes").db()?,
+            members: db.open_tree("members").db()?,
             views: db.open_tree("views").db()?,
             jobs: db.open_tree("jobs").db()?,
             unindexed: db.open_tree("unindexed").db()?,
@@ -410,11 +419,69 @@ impl NodeStore for SledBackend {
     }
 }
 
+impl SledBackend {
+    fn stored_scope(&self, name: &str) -> Result<Option<StoredScope>> {
+        match self.scopes.get(name.as_bytes()).db()? {
+            Some(v) => Ok(Some(StoredScope::decode(&format!("scope {name}"), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A stored scope with its list: the inline one, or its entries in `members`.
+    fn with_entries(&self, stored: StoredScope) -> Result<ScopeRecord> {
+        match stored {
+            StoredScope::Inline(r) => Ok(r),
+            StoredScope::Head(h) => {
+                let entries = self
+                    .members
+                    .scan_prefix(source_key(&h.name, ""))
+                    .values()
+                    .map(|v| decode(&format!("an entry of scope {}", h.name), &v.db()?))
+                    .collect::<Result<Vec<SourceEntry>>>()?;
+                Ok(ScopeRecord::of(h, entries))
+            }
+        }
+    }
+
+    /// Reads the scope `name` inside a transaction; a value that does not decode aborts it,
+    /// its error kept in `bad`.
+    fn stored_in_tx(
+        sc: &sled::transaction::TransactionalTree,
+        name: &str,
+        bad: &std::cell::RefCell<Option<Error>>,
+    ) -> TxResult<Option<StoredScope>> {
+        match sc.get(name.as_bytes())? {
+            None => Ok(None),
+            Some(v) => match StoredScope::decode(&format!("scope {name}"), &v) {
+                Ok(s) => Ok(Some(s)),
+                Err(e) => {
+                    *bad.borrow_mut() = Some(e);
+                    Err(sled::transaction::ConflictableTransactionError::Abort(()))
+                }
+            },
+        }
+    }
+}
+
 impl SourceStore for SledBackend {
     fn get_scope(&self, name: &str) -> Result<Option<ScopeRecord>> {
-        match self.scopes.get(name.as_bytes()).db()? {
-            Some(v) => Ok(Some(decode(&format!("scope {name}"), &v)?)),
+        self.stored_scope(name)?
+            .map(|s| self.with_entries(s))
+            .transpose()
+    }
+
+    fn get_scope_head(&self, name: &str) -> Result<Option<ScopeHead>> {
+        Ok(self.stored_scope(name)?.map(|s| s.head()))
+    }
+
+    fn get_entry(&self, scope: &str, source: &str) -> Result<Option<SourceEntry>> {
+        match self.stored_scope(scope)? {
             None => Ok(None),
+            Some(StoredScope::Inline(r)) => Ok(r.entry(source).cloned()),
+            Some(StoredScope::Head(_)) => match self.members.get(source_key(scope, source)).db()? {
+                Some(v) => Ok(Some(decode(&format!("entry {source}"), &v)?)),
+                None => Ok(None),
+            },
         }
     }
 
@@ -422,7 +489,7 @@ impl SourceStore for SledBackend {
         self.scopes
             .iter()
             .values()
-            .map(|v| decode("scope", &v.db()?))
+            .map(|v| self.with_entries(StoredScope::decode("scope", &v.db()?)?))
             .collect()
     }
 
@@ -441,7 +508,13 @@ impl SourceStore for SledBackend {
     }
 
     fn write_sources(&self, step: &SourceStep) -> Result<()> {
+        let name = step.scope.name.as_str();
         let scope = encode(&step.scope)?;
+        let list = step
+            .list
+            .iter()
+            .map(|e| Ok((source_key(name, &e.id), encode(e)?)))
+            .collect::<Result<Vec<_>>>()?;
         let mut puts = Vec::with_capacity(step.put.len());
         for p in &step.put {
             let nodes = p
@@ -461,8 +534,10 @@ impl SourceStore for SledBackend {
             .iter()
             .map(|id| source_key(&step.scope.name, id))
             .collect();
+        let bad = std::cell::RefCell::new(None);
         (
             &self.scopes,
+            &self.members,
             &self.sources,
             &self.texts,
             &self.nodes,
@@ -471,7 +546,7 @@ impl SourceStore for SledBackend {
             &self.unindexed,
             &self.fallbacks,
         )
-            .transaction(|(sc, so, te, n, e, d, u, fb)| {
+            .transaction(|(sc, me, so, te, n, e, d, u, fb)| {
                 let tx = NodeTx {
                     nodes: n,
                     expiry: e,
@@ -479,6 +554,19 @@ impl SourceStore for SledBackend {
                     unindexed: u,
                     fallbacks: fb,
                 };
+                // A scope of format 1 moves its list out first (once).
+                if let Some(stored) = Self::stored_in_tx(sc, name, &bad)? {
+                    for entry in stored.entries_to_move(&step.remove_sources) {
+                        let v = encode(&entry).map_err(|e| {
+                            *bad.borrow_mut() = Some(e);
+                            sled::transaction::ConflictableTransactionError::Abort(())
+                        })?;
+                        me.insert(source_key(name, &entry.id), v)?;
+                    }
+                }
+                for (key, value) in &list {
+                    me.insert(key.as_slice(), value.as_slice())?;
+                }
                 for (key, record, text, nodes) in &puts {
                     for (node, v) in nodes {
                         tx.put(node, v, None)?;
@@ -492,20 +580,28 @@ impl SourceStore for SledBackend {
                 for key in &removed {
                     so.remove(key.as_slice())?;
                     te.remove(key.as_slice())?;
+                    me.remove(key.as_slice())?;
                 }
-                sc.insert(step.scope.name.as_bytes(), scope.as_slice())?;
+                sc.insert(name.as_bytes(), scope.as_slice())?;
                 Ok(())
             })
-            .map_err(txn_err("source write"))
+            .map_err(|e| bad.take().unwrap_or_else(|| txn_err("source write")(e)))
     }
 
     fn forget(&self, step: &ForgetStep) -> Result<()> {
+        let name = step.scope.as_str();
         let record = step.record.as_ref().map(encode).transpose()?;
-        let removed: Vec<Vec<u8>> = step
+        let mut removed: Vec<Vec<u8>> = step
             .remove_sources
             .iter()
-            .map(|id| source_key(&step.scope, id))
+            .map(|id| source_key(name, id))
             .collect();
+        if step.record.is_none() {
+            // The scope goes: every entry it lists, whatever the step names.
+            for k in self.members.scan_prefix(source_key(name, "")).keys() {
+                removed.push(k.db()?.to_vec());
+            }
+        }
         // Vectors are keyed by embedder ++ node id: every embedder's key of every node.
         let prefixes = self.embed_prefixes()?;
         let vectors: Vec<Vec<u8>> = step
@@ -513,8 +609,10 @@ impl SourceStore for SledBackend {
             .iter()
             .flat_map(|id| prefixes.iter().map(move |p| embed_key(*p, id).to_vec()))
             .collect();
+        let bad = std::cell::RefCell::new(None);
         (
             &self.scopes,
+            &self.members,
             &self.sources,
             &self.texts,
             &self.nodes,
@@ -525,7 +623,7 @@ impl SourceStore for SledBackend {
             &self.views,
             &self.embeddings,
         )
-            .transaction(|(sc, so, te, n, e, d, u, fb, vi, em)| {
+            .transaction(|(sc, me, so, te, n, e, d, u, fb, vi, em)| {
                 let tx = NodeTx {
                     nodes: n,
                     expiry: e,
@@ -539,18 +637,30 @@ impl SourceStore for SledBackend {
                 for k in &vectors {
                     em.remove(k.as_slice())?;
                 }
+                if record.is_some()
+                    && let Some(stored) = Self::stored_in_tx(sc, name, &bad)?
+                {
+                    for entry in stored.entries_to_move(&step.remove_sources) {
+                        let v = encode(&entry).map_err(|e| {
+                            *bad.borrow_mut() = Some(e);
+                            sled::transaction::ConflictableTransactionError::Abort(())
+                        })?;
+                        me.insert(source_key(name, &entry.id), v)?;
+                    }
+                }
                 for key in &removed {
                     so.remove(key.as_slice())?;
                     te.remove(key.as_slice())?;
+                    me.remove(key.as_slice())?;
                 }
                 match &record {
-                    Some(r) => sc.insert(step.scope.as_bytes(), r.as_slice())?,
-                    None => sc.remove(step.scope.as_bytes())?,
+                    Some(r) => sc.insert(name.as_bytes(), r.as_slice())?,
+                    None => sc.remove(name.as_bytes())?,
                 };
-                vi.remove(step.scope.as_bytes())?;
+                vi.remove(name.as_bytes())?;
                 Ok(())
             })
-            .map_err(txn_err("forget"))
+            .map_err(|e| bad.take().unwrap_or_else(|| txn_err("forget")(e)))
     }
 
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {

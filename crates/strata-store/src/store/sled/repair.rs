@@ -381,7 +381,7 @@ fn drop_lost_sources(store: &Store) -> Result<Vec<String>> {
         Err(Error::DataCorruption(_)) => return Ok(dropped),
         Err(e) => return Err(e),
     };
-    for mut scope in scopes {
+    for scope in scopes {
         let mut lost = Vec::new();
         for s in &scope.sources {
             let record = store.get_source(&scope.name, &s.id);
@@ -396,10 +396,10 @@ fn drop_lost_sources(store: &Store) -> Result<Vec<String>> {
         for id in &lost {
             dropped.push(format!("{id} (scope {})", scope.name));
         }
-        scope.sources.retain(|e| !lost.contains(&e.id));
         // One step: the scope stops listing them and what is left of them goes.
         store.write_sources(&crate::store::SourceStep {
-            scope,
+            scope: scope.head(),
+            list: Vec::new(),
             put: Vec::new(),
             remove_sources: lost,
             remove_nodes: Vec::new(),

@@ -121,6 +121,35 @@ fn a_layout_2_store_with_version_1_records_opens() {
     assert_eq!((n.text.as_str(), n.meta.time), ("text of a", None));
 }
 
+/// A layout-3 store keeps each scope's list inline (scope record format 1): it reads as it
+/// was, and the scope's next write moves the list to `members` and writes the head alone.
+#[test]
+fn a_layout_3_scope_moves_its_list_out_at_its_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::Config::new()
+            .path(dir.path().join("store"))
+            .open()
+            .unwrap();
+        db.insert("format", &[3u8]).unwrap();
+        db.open_tree("scopes")
+            .unwrap()
+            .insert("d", encode(&scope_record("d", &["a", "b", "c"])).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(s.db.get("format").unwrap().unwrap().as_ref(), &[LAYOUT]);
+    let version = |s: &SledBackend| s.scopes.get("d").unwrap().unwrap()[0] & 0x7f;
+    assert_eq!(version(&s), 1);
+    let store = crate::store::Store::new(std::sync::Arc::new(s));
+    crate::store::tests::an_inline_scope_reads_and_moves_its_list_out(&store);
+    drop(store);
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(version(&s), 2, "the head alone, format 2");
+    assert_eq!(s.members.len(), 3);
+}
+
 #[test]
 fn a_newer_layout_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
