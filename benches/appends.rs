@@ -1,6 +1,8 @@
-//! What a debate runner pays per turn, as the debate grows: `append_turn`, then the
-//! `auto` context window it asks for before the next turn (which builds what the turn
-//! changed), and the bytes the store grows by per turn. A store on disk (sled, under
+//! What a debate runner pays per turn, as the debate grows: `Engine::append` (what `POST
+//! …/turns`, `strata append`, MCP and Python call), the index catching up with the turn
+//! (`Engine::sync_index`, which the next query or build would run), then the `auto`
+//! context window it asks for before the next turn (which builds what the turn changed),
+//! and the bytes the store grows by per turn. A store on disk (sled, under
 //! `target/`), the offline compressor.
 //!
 //! ```sh
@@ -10,10 +12,11 @@
 //! ```
 //!
 //! Every `STRATA_BENCH_EVERY` appends (default: a tenth of them) a row: the turns so far,
-//! the median and worst append and context times of the appends since the last row, the
-//! bytes the process wrote and read per append (`/proc/self/io` `wchar`/`rchar`: the store's
-//! log and the index's files; the window's own reads and writes are not counted), and the
-//! store's bytes on disk per turn appended since. Flat rows mean O(1) per turn.
+//! the median and worst append, index and context times of the turns since the last row,
+//! the bytes the process wrote and read per append and wrote per index catch-up
+//! (`/proc/self/io` `wchar`/`rchar`: the store's log, the index's segment files and
+//! `meta.json`; the window's own are not counted), and the store's bytes on disk per turn
+//! appended since. Flat rows mean O(1) per turn.
 //! `STRATA_BENCH_WINDOW=0` leaves the window out (appends alone). The same rows go to
 //! `target/bench-appends.json`.
 
@@ -121,14 +124,15 @@ fn main() {
     );
 
     println!(
-        "| turns | append p50 / max | context `auto` {budget} p50 / max | written / read per append | store bytes per turn | store |"
+        "| turns | append p50 / max | written / read per append | index p50 | written per index | context `auto` {budget} p50 / max | store bytes per turn | store |"
     );
-    println!("|--:|--:|--:|--:|--:|--:|");
+    println!("|--:|--:|--:|--:|--:|--:|--:|--:|");
     let mut rng = Lcg(0x0a99_e4d5);
     let mut rows = Vec::new();
     let (mut append_ms, mut context_ms) = (Vec::new(), Vec::new());
     let mut bytes_before = dir_bytes(&db);
-    let (mut written, mut read) = (0u64, 0u64);
+    let (mut written, mut read, mut indexed) = (0u64, 0u64, 0u64);
+    let mut index_ms = Vec::new();
     for i in 0..appends {
         let n = start_turns + i;
         let round = rounds + 1 + (i / SPEAKERS.len() as u64) as u32;
@@ -141,13 +145,15 @@ fn main() {
         };
         let (w0, r0) = io_bytes();
         let t = Instant::now();
-        engine
-            .append_turn(SCOPE, format!("t{}", n + 1), turn, now)
-            .expect("append_turn");
+        engine.append(SCOPE, turn, now).expect("append");
         append_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let (w1, r1) = io_bytes();
         written += w1 - w0;
         read += r1 - r0;
+        let t = Instant::now();
+        engine.sync_index().expect("index");
+        index_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        indexed += io_bytes().0 - w1;
         if with_window {
             let t = Instant::now();
             let w = window(&engine);
@@ -162,15 +168,16 @@ fn main() {
             let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
             let (amax, cmax) = (max(&append_ms), max(&context_ms));
             let (a50, c50) = (median(&mut append_ms), median(&mut context_ms));
+            let i50 = median(&mut index_ms);
             let k = append_ms.len() as u64;
-            let (w, r) = (written / k, read / k);
+            let (w, r, iw) = (written / k, read / k, indexed / k);
             let context = if with_window {
                 format!("{c50:.1} / {cmax:.1} ms")
             } else {
                 "-".into()
             };
             println!(
-                "| {} | {a50:.1} / {amax:.1} ms | {context} | {w} / {r} B | {per_turn:.0} | {:.1} MB |",
+                "| {} | {a50:.1} / {amax:.1} ms | {w} / {r} B | {i50:.1} ms | {iw} B | {context} | {per_turn:.0} | {:.1} MB |",
                 n + 1,
                 bytes as f64 / 1e6
             );
@@ -178,9 +185,11 @@ fn main() {
                 "turns": n + 1, "append_ms_p50": a50, "append_ms_max": amax,
                 "context_ms_p50": c50, "context_ms_max": cmax,
                 "written_per_append": w, "read_per_append": r,
+                "index_ms_p50": i50, "written_per_index": iw,
                 "store_bytes_per_turn": per_turn, "store_bytes": bytes,
             }));
-            (written, read) = (0, 0);
+            (written, read, indexed) = (0, 0, 0);
+            index_ms.clear();
             append_ms.clear();
             context_ms.clear();
             bytes_before = bytes;
