@@ -15,8 +15,9 @@ use crate::time::{TimeRange, TimeSpan};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// Identity of the METADATA extractor (always the offline tagger).
-pub const TAGS_VERSION: &str = "offline-tags-v1";
+/// Identity of the METADATA extractor (always the offline tagger). v2: a SUMMARY's tags are
+/// the sum of its DETAILEDs' tag counts, not a second reading of their text.
+pub const TAGS_VERSION: &str = "offline-tags-v2";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PlannedSource {

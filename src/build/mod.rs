@@ -243,7 +243,7 @@ impl Builder<'_> {
                 .collect();
             let summaries = join_woken(top).await;
             if let Some(abs) = run.abstract_node(summaries).await? {
-                run.metadata(&abs).await?;
+                run.metadata(&abs, &[]).await?;
             }
             Ok::<(), crate::Error>(())
         })

@@ -4,11 +4,13 @@
 use super::Run;
 use crate::error::Result;
 use crate::level::Level;
-use crate::model::{CompressRequest, Inputs, Passage, offline};
+use crate::model::offline::{self, TagCounts};
+use crate::model::{CompressRequest, Inputs, Passage};
 use crate::node::{Meta, Node, NodeId, Span, merge_spans};
 use crate::plan::Reduced;
 use crate::token;
 use futures::future::{join, join_all};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 impl Run<'_> {
@@ -67,9 +69,14 @@ impl Run<'_> {
             }
         }
         let dets: Vec<Option<Node>> = join_all(g.chunks.iter().map(|&ci| self.detailed(ci))).await;
+        // Each DETAILED's tag counts, kept for the SUMMARY's tags (their sum).
         let metas = join_all(dets.iter().flatten().map(|d| async {
-            if let Err(e) = self.metadata(d).await {
-                self.fail(d.id, Level::Metadata, "metadata".into(), e.to_string());
+            match self.metadata(d, &[]).await {
+                Ok(counts) => counts,
+                Err(e) => {
+                    self.fail(d.id, Level::Metadata, "metadata".into(), e.to_string());
+                    None
+                }
             }
         }));
         let summary = async {
@@ -85,20 +92,21 @@ impl Run<'_> {
             }
             let dets: Vec<&Node> = dets.iter().flatten().collect();
             match self.summary(gi, &dets).await {
-                Ok(Some(s)) => {
-                    if let Err(e) = self.metadata(&s).await {
-                        self.fail(s.id, Level::Metadata, "metadata".into(), e.to_string());
-                    }
-                    Some(s)
-                }
-                Ok(None) => None,
+                Ok(s) => s,
                 Err(e) => {
                     self.fail(g.summary, Level::Summary, what, e.to_string());
                     None
                 }
             }
         };
-        join(metas, summary).await.1.map(|s| s.id)
+        let (counts, summary) = join(metas, summary).await;
+        let s = summary?;
+        let parts: Vec<(&Node, Option<Arc<TagCounts>>)> =
+            dets.iter().flatten().zip(counts).collect();
+        if let Err(e) = self.metadata(&s, &parts).await {
+            self.fail(s.id, Level::Metadata, "metadata".into(), e.to_string());
+        }
+        Some(s.id)
     }
 
     async fn detailed(&self, ci: usize) -> Option<Node> {
@@ -392,16 +400,23 @@ impl Run<'_> {
             .collect()
     }
 
-    /// METADATA of `target`: tags extracted from the FULL text beneath it; for the ABSTRACT,
-    /// the tags that recur across the groups' SUMMARYs' METADATA (re-reading the whole scope for
-    /// one node would cost as much as the rest of the build).
-    pub(super) async fn metadata(&self, target: &Node) -> Result<()> {
+    /// METADATA of `target`: tags extracted from the FULL text beneath it — for a SUMMARY,
+    /// the sum of its DETAILEDs' tag counts (`parts`, in order: those at hand, the others
+    /// read again), not a second reading; for the ABSTRACT, the tags that recur across the
+    /// groups' SUMMARYs' METADATA (re-reading the whole scope for one node would cost as
+    /// much as the rest of the build). Returns a DETAILED's counts when it made its node.
+    pub(super) async fn metadata(
+        &self,
+        target: &Node,
+        parts: &[(&Node, Option<Arc<TagCounts>>)],
+    ) -> Result<Option<Arc<TagCounts>>> {
         let Some(&id) = self.b.plan.metadata.get(&target.id) else {
-            return Ok(());
+            return Ok(None);
         };
         if self.cached(&id)?.is_some() {
-            return Ok(());
+            return Ok(None);
         }
+        let mut made = None;
         let tags = if target.level == Level::Abstract {
             // Every group's tags (the ABSTRACT's inputs may be intermediate SUMMARYs,
             // which have no METADATA).
@@ -418,14 +433,40 @@ impl Run<'_> {
                 }
             }
             offline::merge_tags(&children, 16)
-        } else {
-            let texts = self.cited_text(target)?;
+        } else if target.level == Level::Summary && !parts.is_empty() {
+            let mut have: Vec<std::result::Result<Arc<TagCounts>, Vec<String>>> = Vec::new();
+            for (d, c) in parts {
+                have.push(match c {
+                    Some(c) => Ok(c.clone()),
+                    None => Err(self.cited_text(d)?),
+                });
+            }
             crate::model::spawn_cpu(move || {
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                offline::tags(&refs, 12)
+                let mut sum = TagCounts::default();
+                for part in have {
+                    match part {
+                        Ok(c) => sum.add(&c),
+                        Err(texts) => {
+                            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                            sum.add(&TagCounts::of(&refs));
+                        }
+                    }
+                }
+                sum.tags(12)
             })
             .await
             .map_err(crate::Error::Internal)?
+        } else {
+            let texts = self.cited_text(target)?;
+            let counts = crate::model::spawn_cpu(move || {
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                TagCounts::of(&refs)
+            })
+            .await
+            .map_err(crate::Error::Internal)?;
+            let tags = counts.tags(12);
+            made = Some(Arc::new(counts));
+            tags
         };
         let mut meta = target.meta.clone();
         let text = render_tags(&meta, &tags);
@@ -443,7 +484,7 @@ impl Run<'_> {
             .await?,
             None,
         )?;
-        Ok(())
+        Ok(made)
     }
 
     /// A derived node (its text tokenised on rayon, not on the executor).

@@ -194,53 +194,93 @@ fn render(req: &CompressRequest, sents: &[Sent], keep: &[bool]) -> String {
 /// Routing tags for a body of text: the most characteristic keywords, and the entities,
 /// numbers and dates it mentions (most frequent first, at most `limit` of each).
 pub fn tags(texts: &[&str], limit: usize) -> Tags {
-    let mut words: HashMap<String, u32> = HashMap::new();
-    let mut ents: HashMap<String, (u32, usize)> = HashMap::new();
-    let mut nums: HashMap<String, (u32, usize)> = HashMap::new();
-    let mut dates: HashMap<String, (u32, usize)> = HashMap::new();
-    let mut seen = 0usize;
-    for t in texts {
-        for s in text::sentences(t) {
-            let raw = &t[s.start..s.end];
-            let f = text::facts(raw);
-            for (map, items) in [
-                (&mut ents, f.entities),
-                (&mut nums, f.numbers),
-                (&mut dates, f.dates),
-            ] {
-                for it in items {
-                    seen += 1;
-                    map.entry(it).or_insert((0, seen)).0 += 1;
+    TagCounts::of(texts).tags(limit)
+}
+
+/// What [`tags`] counts in a body of text, kept so that the tags of a whole are the sum of
+/// its parts' counts (a SUMMARY's from its DETAILEDs') instead of a second reading of the
+/// same text. Adding the counts of consecutive texts gives what one pass over them in
+/// that order gives (first appearances keep their order).
+#[derive(Clone, Debug, Default)]
+pub struct TagCounts {
+    words: HashMap<String, u32>,
+    /// Item → (count, order of first appearance), for entities, numbers and dates.
+    ents: HashMap<String, (u32, usize)>,
+    nums: HashMap<String, (u32, usize)>,
+    dates: HashMap<String, (u32, usize)>,
+    seen: usize,
+}
+
+impl TagCounts {
+    /// The counts of `texts`, read sentence by sentence in order.
+    pub fn of(texts: &[&str]) -> TagCounts {
+        let mut c = TagCounts::default();
+        for t in texts {
+            for s in text::sentences(t) {
+                let raw = &t[s.start..s.end];
+                let f = text::facts(raw);
+                for (map, items) in [
+                    (&mut c.ents, f.entities),
+                    (&mut c.nums, f.numbers),
+                    (&mut c.dates, f.dates),
+                ] {
+                    for it in items {
+                        c.seen += 1;
+                        map.entry(it).or_insert((0, c.seen)).0 += 1;
+                    }
                 }
-            }
-            for (w, c) in text::term_counts(raw) {
-                if w.chars()
-                    .all(|c| c.is_ascii_digit() || c == ',' || c == '.')
-                {
-                    continue;
+                for (w, n) in text::term_counts(raw) {
+                    if w.chars()
+                        .all(|c| c.is_ascii_digit() || c == ',' || c == '.')
+                    {
+                        continue;
+                    }
+                    *c.words.entry(w).or_insert(0) += n;
                 }
-                *words.entry(w).or_insert(0) += c;
             }
         }
+        c
     }
-    fn top(map: HashMap<String, (u32, usize)>, limit: usize) -> Vec<String> {
-        let mut v: Vec<_> = map.into_iter().collect();
-        v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
-        v.into_iter().take(limit).map(|(k, _)| k).collect()
+
+    /// Adds the counts of the text that follows this one.
+    pub fn add(&mut self, next: &TagCounts) {
+        for (w, n) in &next.words {
+            *self.words.entry(w.clone()).or_insert(0) += n;
+        }
+        let at = self.seen;
+        for (mine, theirs) in [
+            (&mut self.ents, &next.ents),
+            (&mut self.nums, &next.nums),
+            (&mut self.dates, &next.dates),
+        ] {
+            for (k, &(n, order)) in theirs {
+                mine.entry(k.clone()).or_insert((0, at + order)).0 += n;
+            }
+        }
+        self.seen += next.seen;
     }
-    // Keywords: frequent content words, longer words breaking ties (a cheap proxy for
-    // specificity without a corpus-wide IDF).
-    let mut kw: Vec<(String, u32)> = words.into_iter().collect();
-    kw.sort_by(|a, b| {
-        b.1.cmp(&a.1)
-            .then(b.0.len().cmp(&a.0.len()))
-            .then(a.0.cmp(&b.0))
-    });
-    Tags {
-        keywords: kw.into_iter().take(limit).map(|(k, _)| k).collect(),
-        entities: top(ents, limit),
-        numbers: top(nums, limit),
-        dates: top(dates, limit),
+
+    /// The tags: at most `limit` of each kind, most frequent first.
+    pub fn tags(&self, limit: usize) -> Tags {
+        fn top(map: &HashMap<String, (u32, usize)>, limit: usize) -> Vec<String> {
+            let mut v: Vec<_> = map.iter().collect();
+            v.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
+            v.into_iter().take(limit).map(|(k, _)| k.clone()).collect()
+        }
+        // Keywords: frequent content words, longer words breaking ties (a cheap proxy for
+        // specificity without a corpus-wide IDF).
+        let mut kw: Vec<(&String, &u32)> = self.words.iter().collect();
+        kw.sort_by(|a, b| {
+            b.1.cmp(a.1)
+                .then(b.0.len().cmp(&a.0.len()))
+                .then(a.0.cmp(b.0))
+        });
+        Tags {
+            keywords: kw.into_iter().take(limit).map(|(k, _)| k.clone()).collect(),
+            entities: top(&self.ents, limit),
+            numbers: top(&self.nums, limit),
+            dates: top(&self.dates, limit),
+        }
     }
 }
 
@@ -288,6 +328,17 @@ mod tests {
             inputs: Default::default(),
             feedback: None,
         }
+    }
+
+    /// The counts of consecutive texts added up are the counts of one pass over them.
+    #[test]
+    fn tag_counts_add_up_like_one_reading() {
+        let a = "Alice Moreno proposed 48,200 euros in March 2031. Bob agreed with Alice Moreno.";
+        let b = "The committee voted 4 to 1. Carol Diaz asked about March 2031 and 48,200 euros.";
+        let mut sum = TagCounts::of(&[a]);
+        sum.add(&TagCounts::of(&[b]));
+        assert_eq!(sum.tags(12), tags(&[a, b], 12));
+        assert_eq!(sum.tags(2), tags(&[a, b], 2));
     }
 
     #[test]

@@ -1023,9 +1023,9 @@ async fn the_rlm_context_routes() {
             "METADATA": {
               "live": 3,
               "node_ids": [
-                "3230cbeb5ed6631b5e2adec497407a1e7950aac78adb01c885716ad77b77b2ba",
-                "533ab10cce389ae597b0cf3582d60717d6c1fddec0110c5e4559b91b98202e23",
-                "de5779fcc7089daffe1fdf749943f9ca080b8d4efa251b597f82b0af7a757051"
+                "72b24b8ad25d2f92a2c0ab262fbc5cf626a33435c5a62d4499d463b1b11b23fe",
+                "abbd34f19668401ed0ab6de0f2351883df66be66c72aebec5a088b18c235cdcf",
+                "f4ff3adb7b1ba27850cf3c2e1c0b2b5bb055902dbce870834148507f397feb20"
               ],
               "nodes": 3,
               "planned": 3,
