@@ -1,5 +1,8 @@
 //! The full-text index (tantivy, BM25) over every level's text. Only this module knows
 //! tantivy. The index is derived from the store and can be rebuilt from it at any time.
+//! Its `pub` items are the engine's; outside the crate only tests and benches reach them
+//! (`Engine::index`, feature `testing`).
+#![cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 
 use crate::error::{Error, Result};
 use crate::level::Level;
@@ -439,14 +442,6 @@ impl Index {
         })
     }
 
-    pub fn delete_scope(&self, scope: &str) -> Result<()> {
-        let f = self.f;
-        self.with_writer(|w| {
-            w.delete_term(Term::from_field_text(f.scope, scope));
-            Ok(())
-        })
-    }
-
     pub fn delete_all(&self) -> Result<()> {
         self.with_writer(|w| w.delete_all_documents().map(|_| ()).map_err(ierr))
     }
@@ -484,7 +479,8 @@ impl Index {
         self.reader.reload().map_err(ierr)
     }
 
-    /// Deleted documents the index's files still hold (until a merge).
+    /// Deleted documents the index's files still hold (until a merge); for tests.
+    #[cfg(feature = "testing")]
     pub fn deleted_docs(&self) -> u64 {
         self.reader
             .searcher()

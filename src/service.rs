@@ -45,7 +45,7 @@ impl Service {
         // The job queue sits above the engine (it runs the engine's builds): the one
         // place outside the engine that holds its store.
         let jobs = Arc::new(Jobs::open_with(
-            engine.store().clone(),
+            engine.store_for_jobs().clone(),
             Duration::from_millis(cfg.job_lease_ms),
         )?);
         let (stop, stop_rx) = watch::channel(false);

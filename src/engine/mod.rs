@@ -401,12 +401,23 @@ impl Engine {
         self
     }
 
+    /// The store itself, for tests and benchmarks that inspect or damage it (feature
+    /// `testing`, which only the package's own dev-dependency turns on): no front end
+    /// reaches past the engine's operations.
+    #[cfg(feature = "testing")]
     pub fn store(&self) -> &Store {
         &self.store
     }
 
+    /// The index itself, for tests (feature `testing`, as [`Engine::store`]).
+    #[cfg(feature = "testing")]
     pub fn index(&self) -> &Index {
         &self.index
+    }
+
+    /// The store, for the job queue the service runs over it (`service.rs`).
+    pub(crate) fn store_for_jobs(&self) -> &Store {
+        &self.store
     }
 
     pub fn config(&self) -> &Config {

@@ -99,7 +99,7 @@ impl SourceStore for PgBackend {
                         &[],
                     )
                     .await?;
-                let mut out: Vec<(Vec<u8>, Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
+                let mut out: Vec<ScopeRows> = Vec::new();
                 for r in &rows {
                     let name: Vec<u8> = r.get(0);
                     if out.last().is_none_or(|(n, _, _)| *n != name) {
@@ -354,6 +354,9 @@ impl SourceStore for PgBackend {
         })
     }
 }
+
+/// A scope's name, body and `members` entries, as read.
+type ScopeRows = (Vec<u8>, Vec<u8>, Vec<Vec<u8>>);
 
 /// A stored scope with its list: the inline one (format 1), or its `members` rows.
 fn with_entries(name: &str, body: &[u8], entries: &[Vec<u8>]) -> Result<ScopeRecord> {
