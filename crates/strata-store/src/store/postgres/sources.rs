@@ -163,7 +163,6 @@ impl SourceStore for PgBackend {
             records: Vec<Vec<u8>>,
             texts: Vec<Vec<u8>>,
             remove_nodes: Vec<Vec<u8>>,
-            remove_sources: Vec<Vec<u8>>,
             removed: Vec<String>,
             entry_ids: Vec<Vec<u8>>,
             entries: Vec<Vec<u8>>,
@@ -194,11 +193,6 @@ impl SourceStore for PgBackend {
                 .map(|p| p.text.as_bytes().to_vec())
                 .collect(),
             remove_nodes: step.remove_nodes.iter().map(|id| id.0.to_vec()).collect(),
-            remove_sources: step
-                .remove_sources
-                .iter()
-                .map(|id| id.as_bytes().to_vec())
-                .collect(),
             fence,
             scope,
         });
@@ -224,7 +218,7 @@ impl SourceStore for PgBackend {
                         .await?;
                 }
                 remove_nodes(tx, &s.remove_nodes).await?;
-                remove_sources(tx, &s.name, &s.remove_sources).await?;
+                remove_sources(tx, &s.name, &s.removed).await?;
                 let st = tx
                     .prepare_cached(
                         "INSERT INTO scopes (name, body) VALUES ($1, $2) \
@@ -251,7 +245,6 @@ impl SourceStore for PgBackend {
             name: Vec<u8>,
             body: Option<Vec<u8>>,
             remove_nodes: Vec<Vec<u8>>,
-            remove_sources: Vec<Vec<u8>>,
             removed: Vec<String>,
             fence: Option<i64>,
         }
@@ -262,11 +255,6 @@ impl SourceStore for PgBackend {
             body: step.record.as_ref().map(encode).transpose()?,
             removed: step.remove_sources.clone(),
             remove_nodes: step.remove_nodes.iter().map(|id| id.0.to_vec()).collect(),
-            remove_sources: step
-                .remove_sources
-                .iter()
-                .map(|id| id.as_bytes().to_vec())
-                .collect(),
             fence,
             scope,
         });
@@ -291,7 +279,7 @@ impl SourceStore for PgBackend {
                         .await?;
                     tx.execute(&st, &[&s.name]).await?;
                 }
-                remove_sources(tx, &s.name, &s.remove_sources).await?;
+                remove_sources(tx, &s.name, &s.removed).await?;
                 let st = tx
                     .prepare_cached("DELETE FROM views WHERE scope = $1")
                     .await?;
@@ -421,11 +409,12 @@ async fn put_entries(
 async fn remove_sources(
     tx: &deadpool_postgres::Transaction<'_>,
     name: &[u8],
-    ids: &[Vec<u8>],
+    ids: &[String],
 ) -> PgResult<()> {
     if ids.is_empty() {
         return Ok(());
     }
+    let ids: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
     for sql in [
         "DELETE FROM sources WHERE scope = $1 AND id = ANY($2)",
         "DELETE FROM members WHERE scope = $1 AND id = ANY($2)",

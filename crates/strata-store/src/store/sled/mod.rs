@@ -443,23 +443,28 @@ impl SledBackend {
         }
     }
 
-    /// Reads the scope `name` inside a transaction; a value that does not decode aborts it,
-    /// its error kept in `bad`.
-    fn stored_in_tx(
+    /// Inside a step's transaction: a scope stored in format 1 (its list inline) moves the
+    /// entries the step does not remove to `members`. A value that does not decode aborts
+    /// the transaction, its error kept in `bad`.
+    fn move_inline_list(
         sc: &sled::transaction::TransactionalTree,
+        me: &sled::transaction::TransactionalTree,
         name: &str,
+        removed: &[String],
         bad: &std::cell::RefCell<Option<Error>>,
-    ) -> TxResult<Option<StoredScope>> {
-        match sc.get(name.as_bytes())? {
-            None => Ok(None),
-            Some(v) => match StoredScope::decode(&format!("scope {name}"), &v) {
-                Ok(s) => Ok(Some(s)),
-                Err(e) => {
-                    *bad.borrow_mut() = Some(e);
-                    Err(sled::transaction::ConflictableTransactionError::Abort(()))
-                }
-            },
+    ) -> TxResult<()> {
+        let abort = |e: Error| {
+            *bad.borrow_mut() = Some(e);
+            sled::transaction::ConflictableTransactionError::Abort(())
+        };
+        let Some(v) = sc.get(name.as_bytes())? else {
+            return Ok(());
+        };
+        let stored = StoredScope::decode(&format!("scope {name}"), &v).map_err(abort)?;
+        for entry in stored.entries_to_move(removed) {
+            me.insert(source_key(name, &entry.id), encode(&entry).map_err(abort)?)?;
         }
+        Ok(())
     }
 }
 
@@ -555,15 +560,7 @@ impl SourceStore for SledBackend {
                     fallbacks: fb,
                 };
                 // A scope of format 1 moves its list out first (once).
-                if let Some(stored) = Self::stored_in_tx(sc, name, &bad)? {
-                    for entry in stored.entries_to_move(&step.remove_sources) {
-                        let v = encode(&entry).map_err(|e| {
-                            *bad.borrow_mut() = Some(e);
-                            sled::transaction::ConflictableTransactionError::Abort(())
-                        })?;
-                        me.insert(source_key(name, &entry.id), v)?;
-                    }
-                }
+                Self::move_inline_list(sc, me, name, &step.remove_sources, &bad)?;
                 for (key, value) in &list {
                     me.insert(key.as_slice(), value.as_slice())?;
                 }
@@ -637,16 +634,8 @@ impl SourceStore for SledBackend {
                 for k in &vectors {
                     em.remove(k.as_slice())?;
                 }
-                if record.is_some()
-                    && let Some(stored) = Self::stored_in_tx(sc, name, &bad)?
-                {
-                    for entry in stored.entries_to_move(&step.remove_sources) {
-                        let v = encode(&entry).map_err(|e| {
-                            *bad.borrow_mut() = Some(e);
-                            sled::transaction::ConflictableTransactionError::Abort(())
-                        })?;
-                        me.insert(source_key(name, &entry.id), v)?;
-                    }
+                if record.is_some() {
+                    Self::move_inline_list(sc, me, name, &step.remove_sources, &bad)?;
                 }
                 for key in &removed {
                     so.remove(key.as_slice())?;
