@@ -4,8 +4,9 @@
 //! operation, depth, size, memory, call and wall-time limits; no files, network,
 //! processes or modules). A segment is bound as a table the script reads an item at a
 //! time (`segments[id].len()`, `segments[id][i]`, `for item in segments[id]`), so a
-//! whole-corpus segment costs nothing until read. Its primitives are answered here:
-//! `grep` and `search` over the segments' scopes, `peek` and `children` of live nodes,
+//! whole-corpus segment costs nothing until read. Its primitives are answered by the
+//! navigator's one script host (`navigate::primitives`) over this module's view: `grep`
+//! and `search` over the segments' scopes, `peek` and `children` of live nodes,
 //! `llm_query` / `llm_batch` through the engine's sub-model (concurrent, under the shared
 //! limiter); `final(answer, ids)` ends it.
 
@@ -14,9 +15,10 @@ use super::session::{Segment, Session, SubQueryRecord};
 use super::{ToolError, provenance_time};
 use crate::engine::Engine;
 use crate::level::Level;
-use crate::model::prompts;
+use crate::model::ChatModel;
+use crate::navigate::primitives::{Answer, Primitives, View};
 use crate::node::NodeId;
-use crate::script::{self, Bindings, BoxFuture, Call, Host, Limits, ScriptError, Table};
+use crate::script::{self, Bindings, Limits, ScriptError, Table};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -137,10 +139,13 @@ pub(crate) async fn execute_analysis(
         ),
     );
     let mut host = Primitives {
-        engine,
-        scopes: inputs.scopes.clone(),
-        now,
-        sub_calls: 0,
+        view: Corpus {
+            engine,
+            scopes: inputs.scopes.clone(),
+            now,
+            helper: engine.sub_chat().cloned(),
+            sub_calls: 0,
+        },
     };
     let out = script::run(&a.script, &bindings, &limits, &mut host)
         .await
@@ -153,7 +158,7 @@ pub(crate) async fn execute_analysis(
         "final": out.final_answer.map(|f| json!({"answer": f.answer, "ids": f.ids})),
         "operations": out.operations,
         "primitive_calls": out.calls,
-        "sub_calls": host.sub_calls,
+        "sub_calls": host.view.sub_calls,
         "elapsed_ms": out.elapsed_ms,
         "memory_peak_bytes": out.memory_peak,
         "provenance": {
@@ -180,20 +185,23 @@ impl Table for Items {
     }
 }
 
-/// A script's primitives, answered from the engine.
-struct Primitives<'e> {
+/// `execute_analysis`'s view: every live node of the segments' scopes (every scope when
+/// no segment is given), the engine's sub-model for helper calls, no budget but the
+/// script's limits.
+struct Corpus<'e> {
     engine: &'e Engine,
     scopes: Vec<String>,
     now: u64,
+    helper: Option<Arc<dyn ChatModel>>,
     sub_calls: u32,
 }
 
-impl Primitives<'_> {
+impl Corpus<'_> {
     fn node_id(id: &str) -> Result<NodeId, String> {
         NodeId::from_hex(id).ok_or_else(|| format!("`{}` is not a node id", id.escape_debug()))
     }
 
-    fn search(&self, pattern: &str, levels: &[Level], limit: usize) -> Result<Value, String> {
+    fn hits(&self, pattern: &str, levels: &[Level], limit: usize) -> Answer {
         let hits = crate::navigate::wait_for(self.engine.grep(
             &self.scopes,
             pattern,
@@ -206,8 +214,20 @@ impl Primitives<'_> {
             .map(Value::from)
             .map_err(|e| e.to_string())
     }
+}
 
-    fn peek(&self, id: &str) -> Result<Value, String> {
+impl View for Corpus<'_> {
+    /// Every level unless one is named.
+    fn grep(&mut self, pattern: &str, level: Option<Level>, limit: usize) -> Answer {
+        let levels: Vec<Level> = level.into_iter().collect();
+        self.hits(pattern, &levels, limit)
+    }
+
+    fn search(&mut self, query: &str, limit: usize) -> Answer {
+        self.hits(query, &[], limit)
+    }
+
+    fn peek(&mut self, id: &str) -> Answer {
         let nid = Self::node_id(id)?;
         let n = self
             .engine
@@ -219,48 +239,23 @@ impl Primitives<'_> {
         Ok(read::node_json(id, &n))
     }
 
-    async fn llm(&mut self, prompts_: Vec<String>) -> Result<Vec<Value>, String> {
-        let model = self.engine.sub_chat().ok_or(
-            "no model to ask: start strata mcp with --model (or --root-model) and --base-url",
-        )?;
-        let calls = prompts_.iter().map(|p| model.chat(prompts::helper(p)));
-        // Concurrent; the engine's shared limiter caps how many are in flight.
-        let replies = futures::future::join_all(calls).await;
-        self.sub_calls += prompts_.len() as u32;
-        Ok(replies
-            .into_iter()
-            .map(|r| r.map_or(Value::Null, |r| Value::String(r.text.trim().to_string())))
-            .collect())
+    fn children(&mut self, id: &str) -> Answer {
+        let node = self.peek(id)?;
+        Ok(node["children"].clone())
     }
-}
 
-impl Host for Primitives<'_> {
-    fn call(&mut self, call: Call) -> BoxFuture<'_, Result<Value, String>> {
-        Box::pin(async move {
-            match call {
-                Call::Grep {
-                    pattern,
-                    level,
-                    limit,
-                } => {
-                    let levels = match level {
-                        Some(l) => vec![l.parse::<Level>().map_err(|e| e.to_string())?],
-                        None => Vec::new(),
-                    };
-                    self.search(&pattern, &levels, limit)
-                }
-                Call::Search { query, limit } => self.search(&query, &[], limit),
-                Call::Peek { id } => self.peek(&id),
-                Call::Children { id } => {
-                    let node = self.peek(&id)?;
-                    Ok(node["children"].clone())
-                }
-                Call::LlmQuery { prompt } => match self.llm(vec![prompt]).await?.pop() {
-                    Some(Value::Null) | None => Err("the model call failed".into()),
-                    Some(v) => Ok(v),
-                },
-                Call::LlmBatch { prompts } => self.llm(prompts).await.map(Value::from),
-            }
+    fn helper(&self) -> Result<&dyn ChatModel, String> {
+        self.helper.as_deref().ok_or_else(|| {
+            "no model to ask: start strata mcp with --model (or --root-model) and --base-url"
+                .to_string()
         })
+    }
+
+    fn sub_calls_left(&self) -> Option<usize> {
+        None
+    }
+
+    fn sub_called(&mut self, _what: &str, asked: usize, _failed: usize) {
+        self.sub_calls += asked as u32;
     }
 }

@@ -7,6 +7,7 @@
 mod explore;
 pub(crate) mod llm;
 mod offline;
+pub(crate) mod primitives;
 mod stop;
 mod support;
 

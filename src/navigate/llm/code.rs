@@ -22,9 +22,9 @@ use crate::error::Result;
 use crate::level::Level;
 use crate::model::{ChatModel, prompts};
 use crate::navigate::QueryResult;
+use crate::navigate::primitives::{Answer, Primitives, View};
 use crate::node::{NodeId, context_label};
-use crate::script::{self, Bindings, Call, Host, Limits, Outcome};
-use futures::future::BoxFuture;
+use crate::script::{self, Bindings, Limits, Outcome};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -209,13 +209,15 @@ impl Nav<'_, '_> {
         }
         let source = program_of(&reply.text).to_string();
         let bindings = self.bindings()?;
-        let mut prims = Prims {
-            nav: self,
-            helper,
-            known: HashSet::new(),
+        let mut prims = Primitives {
+            view: Prims {
+                nav: self,
+                helper,
+                known: HashSet::new(),
+            },
         };
         let ran = script::run(&source, &bindings, &limits(), &mut prims).await;
-        let known = prims.known;
+        let known = prims.view.known;
         let outcome = match ran {
             Ok(o) => o,
             Err(e) => return Ok(self.failed(&e.to_string(), last)),
@@ -450,40 +452,13 @@ impl Nav<'_, '_> {
     }
 }
 
-/// The primitives of one program, answered on the explorer.
+/// What one program's primitives read: the explorer's working set.
 struct Prims<'n, 'e, 'a> {
     nav: &'n mut Nav<'e, 'a>,
     helper: &'n dyn ChatModel,
     /// Nodes the primitives returned: the program may select them.
     known: HashSet<NodeId>,
 }
-
-impl Host for Prims<'_, '_, '_> {
-    fn call(&mut self, call: Call) -> BoxFuture<'_, std::result::Result<Value, String>> {
-        Box::pin(async move {
-            match call {
-                Call::Grep {
-                    pattern,
-                    level,
-                    limit,
-                } => self.grep(&pattern, level.as_deref(), limit),
-                Call::Search { query, limit } => self.search(&query, limit),
-                Call::Peek { id } => self.peek(&id),
-                Call::Children { id } => self.children(&id),
-                Call::LlmQuery { prompt } => {
-                    let mut r = self.llm(vec![prompt], "llm_query").await?;
-                    match r.pop() {
-                        Some(Value::Null) | None => Err("the helper model failed".into()),
-                        Some(v) => Ok(v),
-                    }
-                }
-                Call::LlmBatch { prompts } => self.llm(prompts, "llm_batch").await.map(Value::from),
-            }
-        })
-    }
-}
-
-type Answer = std::result::Result<Value, String>;
 
 impl Prims<'_, '_, '_> {
     fn node(&mut self, id: NodeId, chars: usize) -> Answer {
@@ -527,14 +502,13 @@ impl Prims<'_, '_, '_> {
         }
         Ok(Value::Array(out))
     }
+}
 
-    fn grep(&mut self, pattern: &str, level: Option<&str>, limit: usize) -> Answer {
-        let level = match level {
-            None => Level::Full,
-            Some(l) => l
-                .parse::<Level>()
-                .map_err(|_| format!("unknown level {l:?}: summary, detailed or full"))?,
-        };
+/// Code mode's view: the working set and what the program was given, under the query's
+/// budgets; every read is a trajectory step.
+impl View for Prims<'_, '_, '_> {
+    fn grep(&mut self, pattern: &str, level: Option<Level>, limit: usize) -> Answer {
+        let level = level.unwrap_or(Level::Full);
         let working: Vec<NodeId> = self.nav.ex.working.iter().map(|(id, _)| *id).collect();
         let within = self.nav.beneath(&working, level);
         let q = self.nav.ex.corpus.question(pattern);
@@ -592,34 +566,22 @@ impl Prims<'_, '_, '_> {
         Ok(Value::Array(out))
     }
 
-    /// Helper calls, concurrent under the engine's shared limiter; a failed one is `null`.
-    async fn llm(
-        &mut self,
-        asks: Vec<String>,
-        what: &str,
-    ) -> std::result::Result<Vec<Value>, String> {
+    fn helper(&self) -> std::result::Result<&dyn ChatModel, String> {
+        Ok(self.helper)
+    }
+
+    fn sub_calls_left(&self) -> Option<usize> {
         let ex = &self.nav.ex;
-        let left = ex.cfg.max_sub_calls.saturating_sub(ex.sub_calls) as usize;
-        if asks.len() > left {
-            return Err(format!(
-                "{} helper call(s) asked, {left} left in this query's budget",
-                asks.len()
-            ));
-        }
-        let calls = asks.iter().map(|p| self.helper.chat(prompts::helper(p)));
-        // Concurrent; the shared limiter caps how many are in flight.
-        let replies = futures::future::join_all(calls).await;
+        Some(ex.cfg.max_sub_calls.saturating_sub(ex.sub_calls) as usize)
+    }
+
+    fn sub_called(&mut self, what: &str, asked: usize, failed: usize) {
         let ex = &mut self.nav.ex;
-        ex.sub_calls += asks.len() as u32;
-        let failed = replies.iter().filter(|r| r.is_err()).count();
+        ex.sub_calls += asked as u32;
         ex.step(
             what,
-            format!("program: {} sub-call(s), {failed} failed", asks.len()),
+            format!("program: {asked} sub-call(s), {failed} failed"),
         );
-        Ok(replies
-            .into_iter()
-            .map(|r| r.map_or(Value::Null, |r| Value::String(r.text.trim().to_string())))
-            .collect())
     }
 }
 
