@@ -166,10 +166,8 @@ impl SourceStore for PgBackend {
             removed: Vec<String>,
             entry_ids: Vec<Vec<u8>>,
             entries: Vec<Vec<u8>>,
-            fence: Option<i64>,
         }
         let scope = step.scope.name.clone();
-        let fence = self.fences.lock().expect("poisoned").get(&scope).copied();
         let s = Arc::new(Step {
             name: scope.as_bytes().to_vec(),
             body: encode(&step.scope)?,
@@ -193,15 +191,11 @@ impl SourceStore for PgBackend {
                 .map(|p| p.text.as_bytes().to_vec())
                 .collect(),
             remove_nodes: step.remove_nodes.iter().map(|id| id.0.to_vec()).collect(),
-            fence,
-            scope,
+            scope: scope.clone(),
         });
-        let s2 = s.clone();
-        let version = self.tx("source write", move |tx| {
-            let s = s2.clone();
+        self.fenced_write("source write", &scope, move |tx| {
+            let s = s.clone();
             Box::pin(async move {
-                feed_writer(tx).await?;
-                fenced(tx, &s.name, s.fence, &s.scope).await?;
                 move_inline_list(tx, &s.name, &s.scope, &s.removed).await?;
                 put_entries(tx, &s.name, &s.entry_ids, &s.entries).await?;
                 write_nodes(tx, &s.nodes).await?;
@@ -232,11 +226,7 @@ impl SourceStore for PgBackend {
                     .await?
                     .get::<_, i64>(0))
             })
-        })?;
-        if let Some(v) = self.fences.lock().expect("poisoned").get_mut(&s.scope) {
-            *v = version;
-        }
-        Ok(())
+        })
     }
 
     fn forget(&self, step: &ForgetStep) -> Result<()> {
@@ -246,24 +236,17 @@ impl SourceStore for PgBackend {
             body: Option<Vec<u8>>,
             remove_nodes: Vec<Vec<u8>>,
             removed: Vec<String>,
-            fence: Option<i64>,
         }
-        let scope = step.scope.clone();
-        let fence = self.fences.lock().expect("poisoned").get(&scope).copied();
         let s = Arc::new(Step {
-            name: scope.as_bytes().to_vec(),
+            name: step.scope.as_bytes().to_vec(),
             body: step.record.as_ref().map(encode).transpose()?,
             removed: step.remove_sources.clone(),
             remove_nodes: step.remove_nodes.iter().map(|id| id.0.to_vec()).collect(),
-            fence,
-            scope,
+            scope: step.scope.clone(),
         });
-        let s2 = s.clone();
-        let version = self.tx("forget", move |tx| {
-            let s = s2.clone();
+        self.fenced_write("forget", &step.scope, move |tx| {
+            let s = s.clone();
             Box::pin(async move {
-                feed_writer(tx).await?;
-                fenced(tx, &s.name, s.fence, &s.scope).await?;
                 remove_nodes(tx, &s.remove_nodes).await?;
                 if !s.remove_nodes.is_empty() {
                     let st = tx
@@ -303,11 +286,7 @@ impl SourceStore for PgBackend {
                     }
                 }
             })
-        })?;
-        if let Some(v) = self.fences.lock().expect("poisoned").get_mut(&s.scope) {
-            *v = version;
-        }
-        Ok(())
+        })
     }
 
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
@@ -423,6 +402,40 @@ async fn remove_sources(
         tx.execute(&st, &[&name, &ids]).await?;
     }
     Ok(())
+}
+
+impl PgBackend {
+    /// One transaction that writes `scope` under its fence: it announces a write to the
+    /// change feed, locks the scope's row and checks the fence ([`fenced`]), runs `body`
+    /// (which returns the scope's new version, -1 when it deleted the scope), and after the
+    /// commit moves this process's fence to that version — what every step that writes a
+    /// scope's record shares.
+    fn fenced_write<F>(&self, what: &'static str, scope: &str, body: F) -> Result<()>
+    where
+        F: for<'a> Fn(
+                &'a deadpool_postgres::Transaction<'a>,
+            )
+                -> std::pin::Pin<Box<dyn Future<Output = PgResult<i64>> + Send + 'a>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let fence = self.fences.lock().expect("poisoned").get(scope).copied();
+        let (name, scope_) = (scope.as_bytes().to_vec(), scope.to_string());
+        let body = Arc::new(body);
+        let version = self.tx(what, move |tx| {
+            let (body, name, scope) = (body.clone(), name.clone(), scope_.clone());
+            Box::pin(async move {
+                feed_writer(tx).await?;
+                fenced(tx, &name, fence, &scope).await?;
+                body(tx).await
+            })
+        })?;
+        if let Some(v) = self.fences.lock().expect("poisoned").get_mut(scope) {
+            *v = version;
+        }
+        Ok(())
+    }
 }
 
 /// Locks the scope's row for the transaction and checks the fence: when this process took
