@@ -394,7 +394,9 @@ pub(super) fn salient(
     let mut used = header_cost;
     while let Some(e) = heap.pop() {
         let s = &sents[e.idx];
-        if taken_unit[unit_of[e.idx]] {
+        // What no longer fits is dropped before it is scored again (the budget only
+        // shrinks; a part costs its tokens and at least one for its separator).
+        if taken_unit[unit_of[e.idx]] || s.tokens + 1 > limit - used {
             continue;
         }
         if e.round != picked.len() {
