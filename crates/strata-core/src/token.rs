@@ -1,22 +1,25 @@
 //! Real token counts (cl100k BPE) for every budget in strata: chunk sizes, level targets,
 //! context windows. Never a characters-divided-by-four guess.
+//!
+//! The tokenizer is `bpe-openai`'s cl100k_base (GitHub's `bpe`: OpenAI's pre-tokenizer
+//! pattern and merge table, serialized when the crate is built), whose counts equal
+//! tiktoken's — the tests hold it to tiktoken-rs on the bundled data and on random text.
 
 use crate::memo::Memo;
+use bpe_openai::Tokenizer;
 use std::sync::{LazyLock, OnceLock};
-use tiktoken_rs::CoreBPE;
 
 /// The tokenizer's name, reported in stats and part of the compressor identity.
 pub const TOKENIZER: &str = "cl100k_base";
 
-fn bpe() -> &'static CoreBPE {
-    tiktoken_rs::cl100k_base_singleton()
+fn bpe() -> &'static Tokenizer {
+    bpe_openai::cl100k_base()
 }
 
-/// Builds the tokenizer now (it is built at its first use otherwise): about a third of a
-/// short command's time, which a command that will count tokens can spend on another
-/// thread while it opens the store.
+/// Loads the tokenizer now (it is loaded at its first use otherwise: ~40 ms), which a
+/// command that will count tokens can do on another thread while it opens the store.
 pub fn warm() {
-    let _ = bpe();
+    let _ = bpe().count("");
 }
 
 /// Number of cl100k tokens in `text` (remembered: [`crate::memo`]).
@@ -25,23 +28,23 @@ pub fn count(text: &str) -> usize {
     if text.is_empty() {
         return 0;
     }
-    MEMO.get(text, |t| bpe().encode_ordinary(t).len() as u32) as usize
+    MEMO.get(text, |t| bpe().count(t) as u32) as usize
 }
 
 /// The first `n` tokens of `text` (decoded; a character split between tokens is dropped).
 pub fn head(text: &str, n: usize) -> String {
-    let t = bpe().encode_ordinary(text);
+    let t = bpe().encode(text);
     let k = n.min(t.len());
-    String::from_utf8_lossy(&bpe().decode_bytes(&t[..k]).unwrap_or_default())
+    String::from_utf8_lossy(&bpe().bpe.decode_tokens(&t[..k]))
         .trim_end_matches('\u{fffd}')
         .to_string()
 }
 
 /// The last `n` tokens of `text` (decoded; a character split between tokens is dropped).
 pub fn tail(text: &str, n: usize) -> String {
-    let t = bpe().encode_ordinary(text);
+    let t = bpe().encode(text);
     let k = t.len().saturating_sub(n);
-    String::from_utf8_lossy(&bpe().decode_bytes(&t[k..]).unwrap_or_default())
+    String::from_utf8_lossy(&bpe().bpe.decode_tokens(&t[k..]))
         .trim_start_matches('\u{fffd}')
         .to_string()
 }
@@ -51,11 +54,9 @@ pub fn tail(text: &str, n: usize) -> String {
 pub fn max_token_bytes() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
-        // cl100k's ranks are below 2^17 (ordinary and special tokens alike); absent ranks
-        // fail to decode and are skipped.
-        (0..1u32 << 17)
-            .filter_map(|rank| bpe().decode_bytes(&[rank]).ok())
-            .map(|bytes| bytes.len())
+        let b = &bpe().bpe;
+        (0..b.num_tokens() as u32)
+            .map(|id| b.token_len(id))
             .max()
             .unwrap_or(1)
     })
@@ -95,7 +96,7 @@ pub fn fitting_prefix(text: &str, max: usize, guess: usize) -> (usize, usize) {
     };
     let mut window = floor_boundary(text, start).max(first);
     let toks = loop {
-        let toks = bpe().encode_ordinary(&text[..window]);
+        let toks = bpe().encode(&text[..window]);
         if toks.len() > max {
             break toks;
         }
@@ -119,7 +120,7 @@ pub fn fitting_prefix(text: &str, max: usize, guess: usize) -> (usize, usize) {
         if end == 0 {
             return (first, count(&text[..first]));
         }
-        let toks = bpe().encode_ordinary(&text[..end]);
+        let toks = bpe().encode(&text[..end]);
         if toks.len() <= max {
             return (end, toks.len());
         }
@@ -128,8 +129,9 @@ pub fn fitting_prefix(text: &str, max: usize, guess: usize) -> (usize, usize) {
 }
 
 /// Bytes the tokens decode to.
-fn bytes_of(tokens: &[tiktoken_rs::Rank]) -> usize {
-    bpe().decode_bytes(tokens).map_or(0, |bytes| bytes.len())
+fn bytes_of(tokens: &[u32]) -> usize {
+    let b = &bpe().bpe;
+    tokens.iter().map(|&t| b.token_len(t)).sum()
 }
 
 /// The largest char boundary of `s` at or before `i` (`s.len()` when `i` is past the end).
@@ -159,6 +161,54 @@ fn ceil_boundary(s: &str, i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The counts are tiktoken's cl100k_base counts: on the bundled data cut into pieces,
+    /// and on random strings over an alphabet of scripts, emoji, combining marks,
+    /// whitespace runs and punctuation (the pre-tokenizer's corners).
+    #[test]
+    fn counts_equal_tiktokens() {
+        let reference = tiktoken_rs::cl100k_base().unwrap();
+        let same = |t: &str| {
+            assert_eq!(bpe().count(t), reference.encode_ordinary(t).len(), "{t:?}");
+        };
+        let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data");
+        let mut files = vec![format!("{data}/debate.jsonl")];
+        for e in std::fs::read_dir(format!("{data}/docs")).unwrap() {
+            files.push(e.unwrap().path().display().to_string());
+        }
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            same(&text);
+            for piece in text.split_inclusive(['.', '\n']) {
+                same(piece);
+            }
+        }
+        let alphabet: Vec<char> = "aAbZ 09.,;:'\"\n\t\r  €é漢字日本語🙂👍🏽\u{200d}\u{301}ß-_()[]{}<>/\\|!?@#$%^&*=+~`ÅøΩЖжعربي हिन्दी 1234567890 \u{feff}\u{a0}"
+            .chars()
+            .collect();
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        for n in 0..20_000 {
+            let mut s = String::new();
+            for _ in 0..(n % 60) + 1 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                s.push(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            same(&s);
+        }
+    }
+
+    #[test]
+    fn head_and_tail_cut_at_tokens() {
+        let t = "The quick brown fox jumps over the lazy dog.";
+        assert_eq!(head(t, 3), "The quick brown");
+        assert_eq!(tail(t, 3), " lazy dog.");
+        assert_eq!(head(t, 1000), t);
+        assert_eq!(tail(t, 0), "");
+        // A character split between tokens is dropped, never half-kept.
+        assert!(head("🙂🙂🙂", 1).is_empty() || head("🙂🙂🙂", 1) == "🙂");
+    }
 
     #[test]
     fn max_token_bytes_bounds_every_token() {
