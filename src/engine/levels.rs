@@ -143,6 +143,7 @@ impl Engine {
                 let saved = crate::context::overview::SavedView { plan, overview };
                 self.store.put_view(scope, &saved)?;
                 plan = saved.plan;
+                self.certify(&plan)?;
             }
         }
         crate::fail::point("build:before-flush");

@@ -82,6 +82,47 @@ pub(crate) struct Planned {
     windows: std::sync::Mutex<HashMap<(LevelChoice, usize), ContextWindow>>,
 }
 
+/// What a build that completed a scope's tree leaves beside its view, so that a process
+/// that only reads need not read every node's deadline to know the tree is live
+/// ([`Engine::planned_complete`]): while the scope's tree is the one built (same
+/// [`digest`]) and the store has lost no node since ([`Store::losses`] unchanged), every
+/// node of it exists with a deadline no earlier than it had, so the tree is live until
+/// `min_deadline`.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Liveness {
+    digest: [u8; 32],
+    min_deadline: u64,
+    losses: u64,
+}
+
+impl crate::store::Record for Liveness {}
+
+/// Which nodes a tree holds, in one hash: the ordered ids of its levels, and the METADATA
+/// ids as a set (they are kept in a map).
+fn digest(plan: &Plan) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for c in &plan.chunks {
+        h.update(&c.full.0);
+        h.update(&c.detailed.0);
+    }
+    for g in &plan.groups {
+        h.update(&g.summary.0);
+    }
+    for r in &plan.reductions {
+        h.update(&r.id.0);
+    }
+    h.update(&plan.abstract_id.0);
+    let mut set = [0u8; 32];
+    for id in plan.metadata.values() {
+        for (a, b) in set.iter_mut().zip(id.0) {
+            *a ^= b;
+        }
+    }
+    h.update(&set);
+    h.update(&(plan.metadata.len() as u64).to_le_bytes());
+    *h.finalize().as_bytes()
+}
+
 /// How many windows (level choice × budget) one scope's tree remembers.
 const WINDOWS_KEPT: usize = 32;
 
@@ -496,8 +537,13 @@ impl Engine {
         let min = match p.min_deadline.get() {
             Some(m) => *m,
             None => {
-                let ids: Vec<NodeId> = p.plan.all_ids().collect();
-                let m = self.store.min_deadline(&ids)?;
+                let m = match self.certified_min(&p.plan)? {
+                    Some(m) => Some(m),
+                    None => {
+                        let ids: Vec<NodeId> = p.plan.all_ids().collect();
+                        self.store.min_deadline(&ids)?
+                    }
+                };
                 // Kept only if no write landed since the tree was planned.
                 if p.generation.is_some() && self.store.generation() == p.generation {
                     let _ = p.min_deadline.set(m);
@@ -506,6 +552,45 @@ impl Engine {
             }
         };
         Ok(min.is_some_and(|at| at > now))
+    }
+
+    /// The earliest deadline of `plan`'s nodes as the last build of its scope left it
+    /// ([`Liveness`]), when that build's tree is `plan` and no node has been removed nor
+    /// brought to an earlier deadline since: two reads instead of one per node.
+    fn certified_min(&self, plan: &Plan) -> Result<Option<u64>> {
+        let Some(losses) = self.store.losses()? else {
+            return Ok(None);
+        };
+        let left = match self.store.get_liveness::<Liveness>(&plan.scope) {
+            Ok(l) => l,
+            // Derived data: one that does not decode is as if there were none.
+            Err(Error::DataCorruption(_)) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(left
+            .filter(|l| l.losses == losses && l.digest == digest(plan))
+            .map(|l| l.min_deadline))
+    }
+
+    /// Leaves [`Liveness`] for `plan`, a tree just built whole: its nodes' earliest
+    /// deadline, read after the count of losses (a loss meanwhile makes it count for
+    /// nothing). Backends that keep no count get nothing.
+    pub(crate) fn certify(&self, plan: &Plan) -> Result<()> {
+        let Some(losses) = self.store.losses()? else {
+            return Ok(());
+        };
+        let ids: Vec<NodeId> = plan.all_ids().collect();
+        if let Some(min_deadline) = self.store.min_deadline(&ids)? {
+            self.store.put_liveness(
+                &plan.scope,
+                &Liveness {
+                    digest: digest(plan),
+                    min_deadline,
+                    losses,
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// The current level tree of the scope `rec` describes.

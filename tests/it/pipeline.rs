@@ -527,3 +527,49 @@ fn a_cached_tree_is_rebuilt_after_a_removal_or_expiry() {
         assert!(again.expires_at.is_none_or(|t| t > at + 1));
     }
 }
+
+/// A process that opens a store only to read trusts what the last build left about its
+/// tree's liveness (the earliest deadline, instead of reading every node's) only while
+/// nothing was lost since: a node removed, or given an earlier deadline, by another process
+/// makes the next reader see the tree incomplete.
+#[test]
+fn a_reader_distrusts_a_built_tree_after_a_loss_in_another_process() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let (plan, deadline) = {
+        let e = Engine::open(dir.path(), Config::default()).unwrap();
+        e.ingest_files("debate", None, &[debate_path()], T0)
+            .unwrap();
+        compress(&rt, &e, "debate", T0);
+        let plan = e.plan("debate").unwrap();
+        let summary = plan.groups[0].summary;
+        let node = e.store().get_node(&summary).unwrap().unwrap();
+        (plan, node.expires_at.expect("derived levels expire"))
+    };
+    let complete = |now: u64| {
+        let e = Engine::open_read_only(dir.path(), Config::default()).unwrap();
+        let v = e.view("debate", now).unwrap();
+        v.is_some_and(|v| v.stale.is_empty() && v.pending_sources == 0)
+    };
+    assert!(complete(T0), "as built");
+    assert!(!complete(deadline), "expired");
+
+    // Another process brings one node's deadline earlier.
+    let early = T0 + 10;
+    {
+        let e = Engine::open(dir.path(), Config::default()).unwrap();
+        let mut n = e.store().get_node(&plan.abstract_id).unwrap().unwrap();
+        n.expires_at = Some(early);
+        e.store().put_node(&n).unwrap();
+    }
+    assert!(complete(T0));
+    assert!(!complete(early), "the earlier deadline counts");
+
+    // A build makes it whole again; then another process removes a node.
+    {
+        let e = Engine::open(dir.path(), Config::default()).unwrap();
+        compress(&rt, &e, "debate", early);
+        assert!(e.store().remove_node(&plan.groups[0].summary).unwrap());
+    }
+    assert!(!complete(early), "a removed node counts");
+}

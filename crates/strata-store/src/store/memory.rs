@@ -34,6 +34,8 @@ struct Inner {
     generation: u64,
     embeddings: BTreeMap<(EmbedKey, NodeId), Vec<f32>>,
     views: BTreeMap<String, Vec<u8>>,
+    /// [`NodeStore::losses`].
+    losses: u64,
     jobs: BTreeMap<u64, Vec<u8>>,
     next_job: u64,
 }
@@ -59,10 +61,13 @@ impl Inner {
             Some(m) => self.fallbacks.insert(node.id, m),
             None => self.fallbacks.remove(&node.id),
         };
-        if let Some(old) = self.nodes.get(&node.id)
-            && let Some(at) = old.expires_at
-        {
-            self.expiry.remove(&(at, node.id));
+        if let Some(old) = self.nodes.get(&node.id) {
+            if old.expires_at.unwrap_or(u64::MAX) > node.expires_at.unwrap_or(u64::MAX) {
+                self.losses += 1;
+            }
+            if let Some(at) = old.expires_at {
+                self.expiry.remove(&(at, node.id));
+            }
         }
         if let Some(at) = node.expires_at {
             self.expiry.insert((at, node.id));
@@ -78,6 +83,7 @@ impl Inner {
                 if let Some(at) = old.expires_at {
                     self.expiry.remove(&(at, *id));
                 }
+                self.losses += 1;
                 self.mark(*id);
                 true
             }
@@ -144,6 +150,10 @@ impl NodeStore for MemoryBackend {
             m.remove(id);
         }
         Ok(due)
+    }
+
+    fn losses(&self) -> Result<Option<u64>> {
+        Ok(Some(self.lock().losses))
     }
 
     fn next_deadline(&self) -> Result<Option<u64>> {
@@ -269,6 +279,7 @@ impl SourceStore for MemoryBackend {
             }
         };
         m.views.remove(&step.scope);
+        m.views.remove(&super::liveness_key(&step.scope));
         Ok(())
     }
 

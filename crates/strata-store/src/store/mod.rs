@@ -270,6 +270,12 @@ impl EmbedKey {
     }
 }
 
+/// Where [`Store::put_liveness`] keeps a scope's record among the views: no scope name
+/// holds a control character.
+pub(crate) fn liveness_key(scope: &str) -> String {
+    format!("{scope}\u{1}live")
+}
+
 /// What the engine needs from storage, by job: [`NodeStore`], [`SourceStore`],
 /// [`VectorStore`], [`JobQueue`], [`Replication`]. Every type that implements the five is a
 /// `Backend`. Implementations keep the write protocol described in the module docs; the
@@ -299,6 +305,15 @@ pub trait NodeStore: Send + Sync {
 
     /// The earliest deadline of any node.
     fn next_deadline(&self) -> Result<Option<u64>>;
+
+    /// A count that grows with every write that removes a node or brings a node's deadline
+    /// earlier, in the same atomic step as that write (persisted with the nodes): while it
+    /// has not moved, a set of nodes that all existed still does, each with a deadline no
+    /// earlier than it had. `None`: this backend does not keep one (nothing may be
+    /// concluded from it).
+    fn losses(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     fn node_ids(&self) -> Result<Vec<NodeId>>;
 
@@ -795,6 +810,11 @@ impl Store {
         Ok(removed)
     }
 
+    /// [`NodeStore::losses`].
+    pub fn losses(&self) -> Result<Option<u64>> {
+        self.backend.losses()
+    }
+
     /// The earliest deadline of any node.
     pub fn next_deadline(&self) -> Result<Option<u64>> {
         self.backend.next_deadline()
@@ -931,6 +951,19 @@ impl Store {
     }
 
     // ---- views: the last complete tree of each scope ----
+
+    /// What a writer leaves beside `scope`'s view for the processes that read it next (see
+    /// [`NodeStore::losses`]); removed with the view by a forget.
+    pub fn put_liveness<T: Record>(&self, scope: &str, record: &T) -> Result<()> {
+        self.backend.put_view(&liveness_key(scope), encode(record)?)
+    }
+
+    pub fn get_liveness<T: Record>(&self, scope: &str) -> Result<Option<T>> {
+        match self.backend.get_view(&liveness_key(scope))? {
+            Some(v) => Ok(Some(decode(&format!("liveness of {scope}"), &v)?)),
+            None => Ok(None),
+        }
+    }
 
     pub fn put_view<T: Record>(&self, scope: &str, view: &T) -> Result<()> {
         self.backend.put_view(scope, encode(view)?)

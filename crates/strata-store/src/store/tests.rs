@@ -100,6 +100,57 @@ fn nodes_live_expire_and_sweep(s: &Store) {
     assert_eq!(s.node_ids().unwrap(), vec![NodeId([1; 32])]);
 }
 
+/// [`NodeStore::losses`] moves with every removal (by id, sweep or forget) and every earlier
+/// deadline, and with nothing else; a backend shared between processes may keep none.
+fn losses_count_removals_and_earlier_deadlines(s: &Store) {
+    let Some(start) = s.losses().unwrap() else {
+        assert!(
+            s.generation().is_none(),
+            "only a shared store may keep no count"
+        );
+        return;
+    };
+    let moved = |by: u64| assert_eq!(s.losses().unwrap(), Some(start + by));
+    s.put_nodes(&[node(1, Some(100)), node(2, Some(100)), node(3, None)])
+        .unwrap();
+    moved(0);
+    // A later deadline, or the same, loses nothing; an earlier one does.
+    s.put_node(&node(1, Some(200))).unwrap();
+    s.put_node(&node(2, Some(100))).unwrap();
+    moved(0);
+    s.put_node(&node(3, Some(500))).unwrap();
+    moved(1);
+    s.put_node(&node(1, Some(150))).unwrap();
+    moved(2);
+    assert!(!s.remove_node(&NodeId([9; 32])).unwrap());
+    moved(2);
+    assert!(s.remove_node(&NodeId([2; 32])).unwrap());
+    moved(3);
+    assert!(s.sweep(10).unwrap().is_empty());
+    moved(3);
+    assert_eq!(s.sweep(160).unwrap(), vec![NodeId([1; 32])]);
+    moved(4);
+    put_source(s, "kb", "a.md", "alpha", vec![node(5, None)]);
+    moved(4);
+    s.put_liveness("kb", &vec![7f32]).unwrap();
+    s.put_view("kb", &vec![8f32]).unwrap();
+    assert_eq!(s.get_liveness::<Vec<f32>>("kb").unwrap(), Some(vec![7.0]));
+    s.forget(&ForgetStep {
+        scope: "kb".into(),
+        record: None,
+        remove_sources: vec!["a.md".into()],
+        remove_nodes: vec![NodeId([5; 32])],
+    })
+    .unwrap();
+    moved(5);
+    assert_eq!(
+        s.get_liveness::<Vec<f32>>("kb").unwrap(),
+        None,
+        "gone with the view"
+    );
+    assert_eq!(s.get_view::<Vec<f32>>("kb").unwrap(), None);
+}
+
 fn every_node_change_is_pending_until_cleared(s: &Store) {
     s.put_nodes(&[node(1, None), node(2, Some(10))]).unwrap();
     let first = s.pending_index().unwrap();
@@ -625,6 +676,7 @@ macro_rules! conformance {
 conformance!(
     node_store: [
         nodes_live_expire_and_sweep,
+        losses_count_removals_and_earlier_deadlines,
         every_node_change_is_pending_until_cleared,
         fallback_marks_live_and_die_with_their_node,
         batch_reads_answer_in_the_order_asked,

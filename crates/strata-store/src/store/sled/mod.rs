@@ -9,7 +9,8 @@
 //!   so that a turn appended writes its own entry, not the list
 //! - `nodes`:   node id → [`Node`]
 //! - `deadlines`: node id → big-endian deadline (`u64::MAX` = never): liveness without
-//!   decoding nodes
+//!   decoding nodes; and `losses` (not 32 bytes, so no node id) → the big-endian count of
+//!   [`NodeStore::losses`], moved in the transaction of each removal or earlier deadline
 //! - `expiry`:  big-endian `expires_at` ++ node id → `()`; a sweep is a range scan.
 //! - `unindexed`: node id → 8-byte generation: nodes written or removed whose change the
 //!   index has not committed yet. Set in the same transaction as the change, cleared
@@ -20,7 +21,8 @@
 //! - `fallbacks`: node id → [`FallbackMark`]: the node was made by the offline fallback
 //!   (or built over such a node). Written with the node, removed with it, cleared when the
 //!   node is overwritten by a model-made version.
-//! - `views`, `jobs`: opaque records (scope → view, big-endian job id → job).
+//! - `views`, `jobs`: opaque records (scope → view, scope `\u{1}live` → what the last build
+//!   left for readers, big-endian job id → job).
 //!
 //! Values are bincode (serde, standard config) behind a one-byte format version. The key
 //! `format` of the default tree holds the layout version of the whole store ([`LAYOUT`]);
@@ -340,6 +342,15 @@ impl NodeStore for SledBackend {
         Ok(removed)
     }
 
+    fn losses(&self) -> Result<Option<u64>> {
+        Ok(Some(match self.deadlines.get(tx::LOSSES).db()? {
+            Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+                Error::DataCorruption("the count of node losses is not 8 bytes".into())
+            })?),
+            None => 0,
+        }))
+    }
+
     fn next_deadline(&self) -> Result<Option<u64>> {
         Ok(self.expiry.first().db()?.map(|(k, _)| {
             let mut b = [0u8; 8];
@@ -647,6 +658,7 @@ impl SourceStore for SledBackend {
                     None => sc.remove(name.as_bytes())?,
                 };
                 vi.remove(name.as_bytes())?;
+                vi.remove(super::liveness_key(name).as_bytes())?;
                 Ok(())
             })
             .map_err(|e| bad.take().unwrap_or_else(|| txn_err("forget")(e)))

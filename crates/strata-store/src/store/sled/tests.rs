@@ -176,3 +176,21 @@ fn a_store_in_use_says_so_in_one_line() {
     assert!(e.contains("in use by another strata process"), "{e}");
     assert!(!e.contains('\n') && e.len() < 300, "{e}");
 }
+
+/// The count of losses is on disk with the nodes: a reader opened after a removal sees it
+/// moved (a count kept in memory would let it trust a tree a removal broke).
+#[test]
+fn the_count_of_losses_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledBackend::open(dir.path()).unwrap();
+        assert_eq!(s.losses().unwrap(), Some(0));
+        s.put_nodes(&[crate::store::tests::node(1, None)], None)
+            .unwrap();
+        assert!(s.remove_node(&NodeId([1; 32])).unwrap());
+        s.db.flush().unwrap();
+    }
+    let s = SledBackend::open_read_only(dir.path()).unwrap();
+    assert_eq!(s.losses().unwrap(), Some(1));
+    assert_eq!(s.node_ids().unwrap(), Vec::<NodeId>::new(), "not a node");
+}

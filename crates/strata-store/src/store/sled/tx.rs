@@ -24,6 +24,9 @@ pub(super) struct NodeTx<'a> {
     pub(super) fallbacks: &'a TransactionalTree,
 }
 
+/// Where the deadlines tree keeps the count of losses.
+pub(super) const LOSSES: &[u8] = b"losses";
+
 pub(super) type TxResult<T> = std::result::Result<T, ConflictableTransactionError<()>>;
 
 impl NodeTx<'_> {
@@ -42,13 +45,31 @@ impl NodeTx<'_> {
         Ok(())
     }
 
+    /// Counts a loss ([`crate::store::NodeStore::losses`]), kept in the deadlines tree under
+    /// a key no node id has (ids are 32 bytes).
+    fn lose(&self) -> TxResult<()> {
+        let n = match self.deadlines.get(LOSSES)? {
+            Some(v) => u64::from_be_bytes(
+                v.as_ref()
+                    .try_into()
+                    .map_err(|_| ConflictableTransactionError::Abort(()))?,
+            ),
+            None => 0,
+        };
+        self.deadlines.insert(LOSSES, &(n + 1).to_be_bytes()[..])?;
+        Ok(())
+    }
+
     pub(super) fn put(&self, node: &Node, value: &[u8], mark: Option<&[u8]>) -> TxResult<()> {
-        if let Some(old_at) = self.old_deadline(&node.id)?
-            && old_at != u64::MAX
-        {
-            self.expiry.remove(&expiry_key(old_at, &node.id)[..])?;
-        }
         let deadline = node.expires_at.unwrap_or(u64::MAX);
+        if let Some(old_at) = self.old_deadline(&node.id)? {
+            if old_at > deadline {
+                self.lose()?;
+            }
+            if old_at != u64::MAX {
+                self.expiry.remove(&expiry_key(old_at, &node.id)[..])?;
+            }
+        }
         self.nodes.insert(&node.id.0[..], value)?;
         self.deadlines
             .insert(&node.id.0[..], &deadline.to_be_bytes()[..])?;
@@ -72,6 +93,7 @@ impl NodeTx<'_> {
         self.fallbacks.remove(&id.0[..])?;
         let existed = self.nodes.remove(&id.0[..])?.is_some();
         if existed {
+            self.lose()?;
             self.mark_pending(id)?;
         }
         Ok(existed)
