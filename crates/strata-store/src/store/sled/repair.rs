@@ -242,7 +242,12 @@ pub fn repair(dir: &Path, cfg: &Config) -> Result<RepairReport> {
         }
         db
     };
-    let store = Store::new(Arc::new(super::SledBackend::from_db(db)?));
+    let backend = super::SledBackend::from_db(db)?;
+    if report.salvaged {
+        // Entries were left behind: nothing a build left about its tree's liveness holds.
+        backend.node_tx("repair", |tx| tx.lose())?;
+    }
+    let store = Store::new(Arc::new(backend));
     report.undecodable = check_records(&store)?;
     report.dropped_sources = drop_lost_sources(&store)?;
     if !report.dropped_sources.is_empty() {

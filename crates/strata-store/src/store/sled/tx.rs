@@ -47,7 +47,7 @@ impl NodeTx<'_> {
 
     /// Counts a loss ([`crate::store::NodeStore::losses`]), kept in the deadlines tree under
     /// a key no node id has (ids are 32 bytes).
-    fn lose(&self) -> TxResult<()> {
+    pub(super) fn lose(&self) -> TxResult<()> {
         let n = match self.deadlines.get(LOSSES)? {
             Some(v) => u64::from_be_bytes(
                 v.as_ref()
