@@ -388,6 +388,17 @@ impl Plan {
         ids.into_iter().filter(|id| seen.insert(*id)).collect()
     }
 
+    /// [`Plan::all_ids`] with each node's level (the reduction's nodes are SUMMARYs).
+    pub fn all_ids_by_level(&self) -> impl Iterator<Item = (Level, NodeId)> + '_ {
+        self.chunks
+            .iter()
+            .flat_map(|c| [(Level::Full, c.full), (Level::Detailed, c.detailed)])
+            .chain(self.groups.iter().map(|g| (Level::Summary, g.summary)))
+            .chain(self.reductions.iter().map(|r| (Level::Summary, r.id)))
+            .chain(std::iter::once((Level::Abstract, self.abstract_id)))
+            .chain(self.metadata.values().map(|&id| (Level::Metadata, id)))
+    }
+
     /// Every node id of the tree, FULL and the intermediate SUMMARYs of the reduction
     /// included.
     pub fn all_ids(&self) -> impl Iterator<Item = NodeId> + '_ {

@@ -86,19 +86,23 @@ pub struct GcReport {
 impl Engine {
     /// Sizes and freshness of one scope's current tree.
     pub fn scope_stats(&self, scope: &str, now: u64) -> Result<ScopeStats> {
-        let rec = self.scope(scope)?;
-        let plan = self.plan_of(&rec)?;
+        let planned = self.planned(scope)?;
+        let plan = &planned.plan;
+        // Every node's liveness from its deadline alone (no node is decoded), or none read
+        // at all when the tree is known live ([`Engine::planned_complete`]).
+        let all_live = self.planned_complete(&planned, now)?;
         let mut live = crate::level::PerLevel::<usize>::default();
         let mut stale = 0;
-        for id in plan.all_ids() {
-            match self.store.get_live(&id, now)? {
-                Some(n) => live[n.level] += 1,
-                None => stale += 1,
+        for (level, id) in plan.all_ids_by_level() {
+            if all_live || self.store.contains_live(&id, now)? {
+                live[level] += 1;
+            } else {
+                stale += 1;
             }
         }
         Ok(ScopeStats {
-            scope: rec.name.clone(),
-            kind: rec.kind,
+            scope: plan.scope.clone(),
+            kind: plan.kind,
             sources: plan.sources.len(),
             chunks: plan.chunks.len(),
             groups: plan.groups.len(),

@@ -573,3 +573,51 @@ fn a_reader_distrusts_a_built_tree_after_a_loss_in_another_process() {
     }
     assert!(!complete(early), "a removed node counts");
 }
+
+/// `stats` counts each level's live nodes from deadlines alone: every node of a built tree
+/// is live at its level; a node removed, or the levels expired, is stale.
+#[test]
+fn stats_count_live_and_stale_nodes_by_level() {
+    let rt = rt();
+    let e = samples(Config::default());
+    let s = |now| e.scope_stats("debate", now).unwrap();
+    let before = s(T0);
+    assert_eq!(
+        before.live_by_level[Level::Full],
+        before.chunks,
+        "FULL never expires"
+    );
+    assert_eq!(before.live_by_level[Level::Summary], 0, "nothing built yet");
+    compress(&rt, &e, "debate", T0);
+    let plan = e.plan("debate").unwrap();
+    let built = s(T0);
+    assert_eq!(built.stale, 0);
+    for level in [Level::Full, Level::Detailed, Level::Abstract] {
+        assert_eq!(
+            built.live_by_level[level],
+            plan.ids_at(level).len(),
+            "{level}"
+        );
+    }
+    assert_eq!(
+        built.live_by_level[Level::Summary],
+        plan.groups.len() + plan.reductions.len()
+    );
+    assert_eq!(built.live_by_level[Level::Metadata], plan.metadata.len());
+    assert!(e.store().remove_node(&plan.groups[0].summary).unwrap());
+    let removed = s(T0);
+    assert_eq!(removed.stale, 1);
+    assert_eq!(
+        removed.live_by_level[Level::Summary],
+        built.live_by_level[Level::Summary] - 1
+    );
+    let far = T0 + 10 * 365 * 24 * 3600;
+    let expired = s(far);
+    assert_eq!(expired.live_by_level[Level::Full], plan.chunks.len());
+    assert_eq!(
+        expired.live_by_level[Level::Detailed],
+        0,
+        "derived levels expired"
+    );
+    assert!(expired.stale > 0);
+}
