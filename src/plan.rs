@@ -402,13 +402,7 @@ impl Plan {
     /// Every node id of the tree, FULL and the intermediate SUMMARYs of the reduction
     /// included.
     pub fn all_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.chunks
-            .iter()
-            .flat_map(|c| [c.full, c.detailed])
-            .chain(self.groups.iter().map(|g| g.summary))
-            .chain(self.reductions.iter().map(|r| r.id))
-            .chain(std::iter::once(self.abstract_id))
-            .chain(self.metadata.values().copied())
+        self.all_ids_by_level().map(|(_, id)| id)
     }
 
     /// A display label for a chunk's author: `alice (round 3)` in a debate, `alice

@@ -89,8 +89,10 @@ impl Engine {
         let planned = self.planned(scope)?;
         let plan = &planned.plan;
         // Every node's liveness from its deadline alone (no node is decoded), or none read
-        // at all when the tree is known live ([`Engine::planned_complete`]).
-        let all_live = self.planned_complete(&planned, now)?;
+        // at all when the tree is known live ([`Engine::known_min`]).
+        let all_live = self
+            .known_min(&planned)?
+            .is_some_and(|m| m.is_some_and(|at| at > now));
         let mut live = crate::level::PerLevel::<usize>::default();
         let mut stale = 0;
         for (level, id) in plan.all_ids_by_level() {

@@ -101,21 +101,14 @@ impl crate::store::Record for Liveness {}
 /// ids as a set (they are kept in a map).
 fn digest(plan: &Plan) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
-    for c in &plan.chunks {
-        h.update(&c.full.0);
-        h.update(&c.detailed.0);
-    }
-    for g in &plan.groups {
-        h.update(&g.summary.0);
-    }
-    for r in &plan.reductions {
-        h.update(&r.id.0);
-    }
-    h.update(&plan.abstract_id.0);
     let mut set = [0u8; 32];
-    for id in plan.metadata.values() {
-        for (a, b) in set.iter_mut().zip(id.0) {
-            *a ^= b;
+    for (level, id) in plan.all_ids_by_level() {
+        if level == crate::level::Level::Metadata {
+            for (a, b) in set.iter_mut().zip(id.0) {
+                *a ^= b;
+            }
+        } else {
+            h.update(&id.0);
         }
     }
     h.update(&set);
@@ -534,24 +527,38 @@ impl Engine {
     /// nodes is read once per generation: until a write, the tree is complete exactly
     /// while `now` is before it.
     pub(crate) fn planned_complete(&self, p: &Planned, now: u64) -> Result<bool> {
-        let min = match p.min_deadline.get() {
-            Some(m) => *m,
+        let min = match self.known_min(p)? {
+            Some(m) => m,
             None => {
-                let m = match self.certified_min(&p.plan)? {
-                    Some(m) => Some(m),
-                    None => {
-                        let ids: Vec<NodeId> = p.plan.all_ids().collect();
-                        self.store.min_deadline(&ids)?
-                    }
-                };
-                // Kept only if no write landed since the tree was planned.
-                if p.generation.is_some() && self.store.generation() == p.generation {
-                    let _ = p.min_deadline.set(m);
-                }
+                let ids: Vec<NodeId> = p.plan.all_ids().collect();
+                let m = self.store.min_deadline(&ids)?;
+                self.keep_min(p, m);
                 m
             }
         };
         Ok(min.is_some_and(|at| at > now))
+    }
+
+    /// The earliest deadline of a planned tree's nodes (`Some(None)`: one is missing) when
+    /// it is known without reading every node's: remembered for this generation, or left
+    /// by the build of the tree ([`Engine::certified_min`]).
+    pub(crate) fn known_min(&self, p: &Planned) -> Result<Option<Option<u64>>> {
+        if let Some(m) = p.min_deadline.get() {
+            return Ok(Some(*m));
+        }
+        let Some(m) = self.certified_min(&p.plan)? else {
+            return Ok(None);
+        };
+        self.keep_min(p, Some(m));
+        Ok(Some(Some(m)))
+    }
+
+    /// Remembers a planned tree's earliest deadline — only if no write landed since the
+    /// tree was planned.
+    fn keep_min(&self, p: &Planned, m: Option<u64>) {
+        if p.generation.is_some() && self.store.generation() == p.generation {
+            let _ = p.min_deadline.set(m);
+        }
     }
 
     /// The earliest deadline of `plan`'s nodes as the last build of its scope left it

@@ -31,6 +31,14 @@ pub(super) fn deadline_of(v: &[u8], id: &NodeId) -> Result<u64> {
     Ok(u64::from_be_bytes(b))
 }
 
+/// The count of losses as the deadlines tree keeps it (`tx::LOSSES`).
+pub(super) fn losses_of(v: &[u8]) -> Result<u64> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| Error::DataCorruption("the count of node losses is not 8 bytes".into()))?;
+    Ok(u64::from_be_bytes(b))
+}
+
 pub(super) fn expiry_key(at: u64, id: &NodeId) -> [u8; 40] {
     let mut k = [0u8; 40];
     k[..8].copy_from_slice(&at.to_be_bytes());

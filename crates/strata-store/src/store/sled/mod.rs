@@ -344,9 +344,7 @@ impl NodeStore for SledBackend {
 
     fn losses(&self) -> Result<Option<u64>> {
         Ok(Some(match self.deadlines.get(tx::LOSSES).db()? {
-            Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
-                Error::DataCorruption("the count of node losses is not 8 bytes".into())
-            })?),
+            Some(v) => keys::losses_of(&v)?,
             None => 0,
         }))
     }

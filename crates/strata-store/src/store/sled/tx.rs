@@ -1,7 +1,7 @@
 //! `NodeTx`: the one place a node is written or removed, with its deadline, expiry entry,
 //! pending-index mark and fallback mark, inside one sled transaction.
 
-use super::keys::{deadline_of, expiry_key};
+use super::keys::{deadline_of, expiry_key, losses_of};
 use crate::error::Error;
 use crate::node::{Node, NodeId};
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
@@ -49,11 +49,7 @@ impl NodeTx<'_> {
     /// a key no node id has (ids are 32 bytes).
     pub(super) fn lose(&self) -> TxResult<()> {
         let n = match self.deadlines.get(LOSSES)? {
-            Some(v) => u64::from_be_bytes(
-                v.as_ref()
-                    .try_into()
-                    .map_err(|_| ConflictableTransactionError::Abort(()))?,
-            ),
+            Some(v) => losses_of(&v).map_err(|_| ConflictableTransactionError::Abort(()))?,
             None => 0,
         };
         self.deadlines.insert(LOSSES, &(n + 1).to_be_bytes()[..])?;
