@@ -7,6 +7,11 @@
 //! indexed with tantivy, and served as token-budgeted context windows or answered with
 //! citations to exact source spans.
 //!
+//! This crate is the `strata` binary and one name for the workspace's layered crates:
+//! the engine ([`strata_engine`], re-exported here item by item), the HTTP API
+//! ([`server`]), the MCP server ([`mcp`]) and, with feature `eval`, the evaluation
+//! harness ([`eval`]).
+//!
 //! ```no_run
 //! # async fn demo() -> strata::Result<()> {
 //! use strata::{Engine, Config, LevelChoice, NoProgress, unix_now};
@@ -25,55 +30,8 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(unreachable_pub)]
-
-// The vocabulary (layers 1-3) is the strata-core crate; its modules keep their names here
-// (`crate::level`, `strata::config`), with the visibility they had as modules of this crate.
-pub use strata_core::{chunk, config, node, time, token};
-pub(crate) use strata_core::{clock, error, id, level, progress, text};
-// The store (layers 4-5) is the strata-store crate, re-exported the same way.
-pub use strata_store::{disk, repair, store};
-
-pub mod access;
-mod build;
-mod built;
-mod context;
-mod corpus;
-mod engine;
+pub use strata_engine::*;
 #[cfg(feature = "eval")]
-pub mod eval;
-pub mod expire;
-#[doc(hidden)]
-pub mod fail;
-mod hybrid;
-mod index;
-mod jobs;
-pub mod mcp;
-mod metrics;
-pub mod model;
-mod navigate;
-pub mod plan;
-pub mod replica;
-pub mod script;
-pub mod server;
-pub mod service;
-pub mod source;
-pub mod trace;
-
-pub use build::{BuildFailure, BuildReport};
-pub use clock::unix_now;
-pub use config::Config;
-pub use context::{ContextWindow, LevelChoice};
-pub use engine::{
-    Ask, Bytes, Engine, ForgetReport, GcReport, GrepHit, IngestReport, LevelBytes, ScopeStats,
-    Stats, View,
-};
-pub use error::{Error, ModelError, Result};
-pub use index::IndexSpace;
-pub use level::{Level, PerLevel};
-pub use model::{ChatModel, Offline, OpenAi, SubModel, Usage};
-pub use navigate::{Budget, Budgets, Citation, QueryResult, Step, Stop};
-pub use node::{Node, NodeId, Span};
-pub use progress::{NoProgress, Progress};
-pub use store::{ScopeKind, Store};
-pub use time::{Time, TimeRange};
+pub use strata_eval as eval;
+pub use strata_http as server;
+pub use strata_mcp as mcp;

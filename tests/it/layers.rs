@@ -1,9 +1,9 @@
 //! The library's module layers, checked from its source: every `crate::…` and `super::…`
 //! path outside test code is an edge from the module that writes it to the module it
-//! names. The modules live in the workspace's layered crates ([`CRATES`]); the `strata`
-//! crate re-exports each lower crate's modules under their own names, so a module has one
-//! path (`crate::level`) whichever crate holds it. Three rules (docs/ARCHITECTURE.md,
-//! "Layers"):
+//! names. The modules live in the workspace's layered crates ([`CRATES`]): a library crate
+//! holds modules (`strata_core::level` is the module `level`), a front-end crate *is* one
+//! (`strata-http` is `server`, its `crate::edge` is `server::edge`). Three rules
+//! (docs/ARCHITECTURE.md, "Layers"):
 //! - among top-level modules, a module uses only modules of a lower layer, as listed in the
 //!   `layers` block of docs/ARCHITECTURE.md (every module listed exactly once);
 //! - inside a directory module, its children form no import cycle (a child using its
@@ -21,20 +21,36 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The layered crates, lowest first: package name, directory (from the workspace root), and
-/// the highest layer its modules may be in.
-const CRATES: &[(&str, &str, usize)] = &[
-    ("strata-core", "crates/strata-core", 3),
-    ("strata-store", "crates/strata-store", 5),
-    ("strata", ".", usize::MAX),
+/// The layered crates, lowest first: package name, directory (from the workspace root),
+/// the highest layer its modules may be in, and the module the crate is (a front end), if
+/// it is one rather than holding several.
+const CRATES: &[(&str, &str, usize, Option<&str>)] = &[
+    ("strata-core", "crates/strata-core", 3, None),
+    ("strata-store", "crates/strata-store", 5, None),
+    ("strata-engine", "crates/strata-engine", 12, None),
+    ("strata-mcp", "crates/strata-mcp", 12, Some("mcp")),
+    ("strata-eval", "crates/strata-eval", 12, Some("eval")),
+    ("strata-http", "crates/strata-http", 13, Some("server")),
+    ("strata", ".", usize::MAX, None),
 ];
 
-/// The `src` directory of each layered crate, lowest first.
-fn crate_srcs() -> Vec<PathBuf> {
+/// The `src` directory of each layered crate, lowest first, with the module path of its
+/// root (empty for a crate of several modules).
+fn crate_srcs() -> Vec<(PathBuf, ModPath)> {
     CRATES
         .iter()
-        .map(|(_, dir, _)| root().join(dir).join("src"))
+        .map(|(_, dir, _, module)| {
+            let root_path = module.iter().map(|m| m.to_string()).collect();
+            (root().join(dir).join("src"), root_path)
+        })
         .collect()
+}
+
+/// The module path a path starting with `name::` names (a crate of the workspace).
+fn crate_prefix(name: &str) -> Option<ModPath> {
+    CRATES.iter().find_map(|(package, _, _, module)| {
+        (package.replace('-', "_") == name).then(|| module.iter().map(|m| m.to_string()).collect())
+    })
 }
 
 /// The `layers` block: one line per layer, lowest first, `N module module …`.
@@ -151,17 +167,22 @@ fn is_ident(c: char) -> bool {
 /// The paths a file names: `crate::a::b`, `super::x` (resolved against `here`, the file's
 /// module), and each
 /// branch of `crate::{a::b, c}` (first segment and one more are enough).
-fn paths(code: &str, here: &ModPath) -> Vec<ModPath> {
+fn paths(code: &str, here: &ModPath, crate_root: &ModPath) -> Vec<ModPath> {
     let mut out = Vec::new();
     let text = code;
-    // A lower crate's module named through the crate (`strata_core::level`) is the module.
-    let starts = [
-        ("crate::", 0usize),
-        ("super::", 1),
-        ("strata_core::", 0),
-        ("strata_store::", 0),
+    // A lower crate's module named through the crate (`strata_core::level`) is the module;
+    // a front-end crate named is its module (`strata_mcp::Strata` is `mcp::Strata`).
+    let mut starts: Vec<(String, Option<ModPath>)> = vec![
+        ("crate::".into(), Some(crate_root.clone())),
+        ("super::".into(), None),
     ];
-    for (start, base) in starts {
+    for (package, _, _, _) in CRATES.iter().filter(|c| c.0 != "strata") {
+        let name = package.replace('-', "_");
+        let prefix = crate_prefix(&name).unwrap();
+        starts.push((format!("{name}::"), Some(prefix)));
+    }
+    for (start, base) in &starts {
+        let start = start.as_str();
         let mut from = 0;
         while let Some(k) = text[from..].find(start) {
             let at = from + k;
@@ -172,10 +193,9 @@ fn paths(code: &str, here: &ModPath) -> Vec<ModPath> {
             if at >= 2 && &text[at - 2..at] == "::" {
                 continue; // the second `super` of `super::super::`
             }
-            let mut prefix: ModPath = if base == 0 {
-                Vec::new()
-            } else {
-                here[..here.len() - 1].to_vec()
+            let mut prefix: ModPath = match base {
+                Some(p) => p.clone(),
+                None => here[..here.len() - 1].to_vec(),
             };
             let mut rest = &text[from..];
             while let Some(r) = rest.strip_prefix("super::") {
@@ -236,9 +256,9 @@ struct Graph {
 /// Each top-level module → the `src` directory of the crate that holds it.
 fn homes() -> BTreeMap<String, PathBuf> {
     let mut home = BTreeMap::new();
-    for src in crate_srcs() {
+    for (src, crate_root) in crate_srcs() {
         let mut all = Vec::new();
-        files(&src, &Vec::new(), &mut all);
+        files(&src, &crate_root, &mut all);
         for m in all.iter().filter_map(|(_, m)| m.first()) {
             if let Some(other) = home.insert(m.clone(), src.clone())
                 && other != src
@@ -257,10 +277,13 @@ fn homes() -> BTreeMap<String, PathBuf> {
 fn graph() -> Graph {
     let mut all = Vec::new();
     let mut reexport: BTreeMap<String, String> = BTreeMap::new();
-    for src in crate_srcs() {
+    for (src, crate_root) in crate_srcs() {
         let mut here = Vec::new();
-        files(&src, &Vec::new(), &mut here);
-        all.extend(here.into_iter().map(|(p, m)| (src.clone(), p, m)));
+        files(&src, &crate_root, &mut here);
+        all.extend(
+            here.into_iter()
+                .map(|(p, m)| (src.clone(), crate_root.clone(), p, m)),
+        );
         // Items a crate root re-exports (`pub use error::{Error, Result};`) → their module.
         let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
         reexports(&lib, &mut reexport);
@@ -274,8 +297,8 @@ fn graph() -> Graph {
         modules: modules.clone(),
     };
     // Test-only modules are declared by their parent; read parents first.
-    all.sort_by_key(|(_, _, m)| m.len());
-    for (src, path, here) in &all {
+    all.sort_by_key(|(_, _, _, m)| m.len());
+    for (src, crate_root, path, here) in &all {
         if test_only.iter().any(|t| here.starts_with(t)) {
             continue;
         }
@@ -289,7 +312,7 @@ fn graph() -> Graph {
             continue; // lib.rs declares and re-exports; it is the top
         }
         let rel = path.strip_prefix(root()).unwrap().display().to_string();
-        for mut target in paths(&code, here) {
+        for mut target in paths(&code, here, crate_root) {
             if let Some(m) = reexport.get(&target[0])
                 && !modules.contains(&target[0])
             {
@@ -312,7 +335,7 @@ fn graph() -> Graph {
                 let dir = here[..k].to_vec();
                 let from = here[k].clone();
                 let to = target[k].clone();
-                if is_child_module(src, &dir, &to) {
+                if is_child_module(src, &dir[crate_root.len().min(dir.len())..], &to) {
                     g.inner
                         .entry(dir)
                         .or_default()
@@ -328,7 +351,19 @@ fn graph() -> Graph {
 
 /// The `pub use module::{Item, …};` lines of a crate root: each item → its module.
 fn reexports(lib: &str, reexport: &mut BTreeMap<String, String>) {
-    for line in lib.lines() {
+    // A statement at a time, however many lines it takes; comments and attributes out.
+    let code: String = lib.lines().map(|l| format!("{}\n", code_of(l))).collect();
+    for statement in code.split(';') {
+        let statement: Vec<&str> = statement
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("#["))
+            .collect();
+        let line = statement.join(" ");
+        let Some(at) = line.find("pub use ") else {
+            continue;
+        };
+        let line = &line[at..];
         if let Some(rest) = line.trim().strip_prefix("pub use ") {
             let (module, items) = rest.split_once("::").unwrap_or((rest, ""));
             if module.starts_with("strata_") {
@@ -341,7 +376,9 @@ fn reexports(lib: &str, reexport: &mut BTreeMap<String, String>) {
             {
                 let name = item.split("::").last().unwrap().trim();
                 let name = name.rsplit(" as ").next().unwrap().trim();
-                reexport.insert(name.to_string(), module.to_string());
+                if !name.is_empty() {
+                    reexport.insert(name.to_string(), module.to_string());
+                }
             }
         }
     }
@@ -436,9 +473,9 @@ fn each_crate_holds_its_layers_and_depends_only_on_lower_crates() {
     let homes = homes();
     let mut wrong = Vec::new();
     for (module, src) in &homes {
-        let (name, _, max) = CRATES
+        let (name, _, max, _) = CRATES
             .iter()
-            .find(|(_, dir, _)| root().join(dir).join("src") == *src)
+            .find(|(_, dir, _, _)| root().join(dir).join("src") == *src)
             .unwrap();
         if let Some(&layer) = layers.get(module)
             && layer > *max
@@ -448,10 +485,10 @@ fn each_crate_holds_its_layers_and_depends_only_on_lower_crates() {
             ));
         }
     }
-    for (rank, (name, dir, _)) in CRATES.iter().enumerate() {
+    for (rank, (name, dir, _, _)) in CRATES.iter().enumerate() {
         let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
         for dep in strata_dependencies(&manifest) {
-            let at = CRATES.iter().position(|(n, _, _)| *n == dep);
+            let at = CRATES.iter().position(|(n, _, _, _)| *n == dep);
             // The root package's dev-dependency on itself (with `eval`) is not an edge.
             if dep != *name && at.is_none_or(|at| at >= rank) {
                 wrong.push(format!("{name} depends on {dep}, which is not below it"));
@@ -499,8 +536,12 @@ fn the_checker_sees_paths_of_every_shape() {
                 use super::cues::Cues;\n\
                 let x = crate::text::facts(t);\n\
                 let y = my_crate::thing;\n\
-                let z = strata_core::level::Level::Full;";
-    let got: Vec<String> = paths(code, &here).iter().map(|p| p.join("::")).collect();
+                let z = strata_core::level::Level::Full;\n\
+                let w = strata_mcp::Strata::new(e);";
+    let got: Vec<String> = paths(code, &here, &Vec::new())
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
     assert_eq!(
         got,
         [
@@ -510,6 +551,7 @@ fn the_checker_sees_paths_of_every_shape() {
             "navigate::explore::Explorer",
             "navigate::offline::cues::Cues",
             "level::Level::Full",
+            "mcp::Strata::new",
         ]
     );
     assert_eq!(
