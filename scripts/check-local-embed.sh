@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 echo "== feature local-embed: cargo clippy --features local-embed --all-targets -- -D warnings"
 cargo clippy --locked --features local-embed --all-targets -- -D warnings
 if dir=$(scripts/fetch-minilm.sh | tail -n 1) && [[ -d "$dir" ]]; then
-  STRATA_MINILM_DIR="$dir" cargo test --locked --features local-embed --lib model::local -- --nocapture
+  STRATA_MINILM_DIR="$dir" cargo test --locked -p strata-engine --features local-embed --lib model::local -- --nocapture
 else
   echo "local-embed test skipped: scripts/fetch-minilm.sh failed (its messages are above)"
 fi
