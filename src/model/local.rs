@@ -175,11 +175,10 @@ impl Embedder for LocalEmbedder {
         _priority: u8,
     ) -> BoxFuture<'_, std::result::Result<Vec<Vec<f32>>, ModelError>> {
         Box::pin(async move {
-            // Passes of texts of about the same length: a pass is padded to its longest.
+            // Passes of texts of about the same length: a pass is padded to its longest
+            // (194 State of the Union nodes: 51.6 s unsorted, 48.6 s sorted, docs/BENCHMARKS.md).
             let mut order: Vec<usize> = (0..texts.len()).collect();
-            if std::env::var_os("STRATA_AB_NO_BUCKETS").is_none() {
-                order.sort_by_key(|&i| texts[i].len());
-            }
+            order.sort_by_key(|&i| texts[i].len());
             let mut out = vec![Vec::new(); texts.len()];
             for pass in order.chunks(PASS) {
                 let _busy = self.busy.lock().await;
