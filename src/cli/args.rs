@@ -157,7 +157,7 @@ pub enum Cmd {
     /// record, rebuild the index; says what it did.
     Repair,
     /// Distil a static embedder (`--embed-model static:OUT`: a vector per token, averaged;
-    /// thousands of texts a second) from a local sentence encoder (`local:FROM`, e.g. the
+    /// over a thousand nodes a second) from a local sentence encoder (`local:FROM`, e.g. the
     /// directory scripts/fetch-minilm.sh prints): one pass of the model over every token
     /// of its vocabulary, a few minutes on two cores. Needs `--features local-embed`.
     EmbedDistill {
