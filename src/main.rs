@@ -55,6 +55,9 @@ fn disk_full_hint(e: &anyhow::Error, db: &std::path::Path) -> String {
 
 /// Loads the configuration, opens the store and runs one subcommand.
 fn run(cli: Cli) -> Result<()> {
+    if let Cmd::EmbedDistill { from, out } = &cli.cmd {
+        return embed_distill(from, out, cli.json);
+    }
     let cfg = config(&cli)?;
     let json = cli.json;
     if let Cmd::Eval(args) = cli.cmd {
@@ -176,8 +179,42 @@ fn run_command(
         Cmd::Forget { scope, sources } => forget(engine, &scope, &sources, now, json),
         Cmd::Gc => gc(engine, now, json),
         Cmd::Reindex => reindex(engine, json),
-        Cmd::Eval(_) | Cmd::Repair => unreachable!("handled before the store is opened"),
+        Cmd::Eval(_) | Cmd::Repair | Cmd::EmbedDistill { .. } => {
+            unreachable!("handled before the store is opened")
+        }
     }
+}
+
+/// `strata embed-distill`: the static embedder's table, from a local model.
+#[cfg(feature = "local-embed")]
+fn embed_distill(from: &std::path::Path, out: &std::path::Path, json: bool) -> Result<()> {
+    let d = strata::model::local::distill(from, out, &|done, total| {
+        eprint!("\rembed-distill: {done} / {total} tokens");
+        if done == total {
+            eprintln!();
+        }
+    })?;
+    if json {
+        return print_json(&d);
+    }
+    out!(
+        "distilled {} token vectors ({} dimensions, {} unused left zero) from {} into {} in {:.1} s",
+        d.tokens,
+        d.dim,
+        d.unused,
+        d.source,
+        d.out.display(),
+        d.elapsed_ms as f64 / 1000.0
+    );
+    out!("use it with --embed-model static:{}", d.out.display());
+    Ok(())
+}
+
+#[cfg(not(feature = "local-embed"))]
+fn embed_distill(_: &std::path::Path, _: &std::path::Path, _: bool) -> Result<()> {
+    anyhow::bail!(
+        "`strata embed-distill` runs the source model with candle: build strata with `--features local-embed`"
+    )
 }
 
 /// The configuration file and environment, with the command-line overrides on top.

@@ -30,8 +30,8 @@ pub struct Cli {
     /// An OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1 (sets model.base_url).
     #[arg(long, global = true, value_name = "URL")]
     pub base_url: Option<String>,
-    /// Embedding model for hybrid (dense + BM25) retrieval: `openai:MODEL`, or `off`
-    /// (sets embed.model).
+    /// Embedding model for hybrid (dense + BM25) retrieval: `openai:MODEL`, `local:DIR`,
+    /// `static:DIR`, or `off` (sets embed.model).
     #[arg(long, global = true, value_name = "MODEL")]
     pub embed_model: Option<String>,
     /// The OpenAI-compatible API serving /v1/embeddings (sets embed.base_url; default:
@@ -156,6 +156,18 @@ pub enum Cmd {
     /// read, copy what is readable into a fresh store if part of it is lost, check every
     /// record, rebuild the index; says what it did.
     Repair,
+    /// Distil a static embedder (`--embed-model static:OUT`: a vector per token, averaged;
+    /// over a thousand nodes a second) from a local sentence encoder (`local:FROM`, e.g. the
+    /// directory scripts/fetch-minilm.sh prints): one pass of the model over every token
+    /// of its vocabulary, a few minutes on two cores. Needs `--features local-embed`.
+    EmbedDistill {
+        /// The model directory (config.json, model.safetensors, tokenizer.json).
+        #[arg(long, value_name = "DIR")]
+        from: PathBuf,
+        /// Where to write static.safetensors, tokenizer.json and static.json.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Measure answer quality on generated tasks over real text (needles in haystacks,
     /// multi-hop, debate recall, per-level fidelity); writes report.json, report.md and
     /// eval.svg. Uses its own stores under --out, never --db.

@@ -455,7 +455,8 @@ impl Default for ModelConfig {
 pub struct EmbedConfig {
     /// Empty (or `off`): BM25 only. `openai:MODEL` for any OpenAI-compatible
     /// `/v1/embeddings`; `local:DIR` for all-MiniLM-L6-v2 run in-process (feature
-    /// `local-embed`, files from `scripts/fetch-minilm.sh`).
+    /// `local-embed`, files from `scripts/fetch-minilm.sh`); `static:DIR` for a static
+    /// embedder distilled from it (`strata embed-distill`, feature `static-embed`).
     pub model: String,
     /// Base URL of the embeddings API. Empty: `model.base_url`, then `OPENAI_BASE_URL`,
     /// then `https://api.openai.com/v1`.
@@ -607,6 +608,10 @@ pub enum EmbedSpec {
     /// `model.safetensors` and `tokenizer.json` in DIR, run in-process (feature
     /// `local-embed`; `scripts/fetch-minilm.sh` fetches the files).
     Local(String),
+    /// `static:DIR`: a static embedder (a vector per token, averaged) distilled from a
+    /// `local:` model by `strata embed-distill` (feature `static-embed`, implied by
+    /// `local-embed`).
+    Static(String),
 }
 
 impl EmbedSpec {
@@ -622,8 +627,11 @@ impl EmbedSpec {
             Some(("local", dir)) if !dir.trim().is_empty() => {
                 Ok(EmbedSpec::Local(dir.trim().to_string()))
             }
+            Some(("static", dir)) if !dir.trim().is_empty() => {
+                Ok(EmbedSpec::Static(dir.trim().to_string()))
+            }
             _ => Err(format!(
-                "unknown embedding model `{s}`: expected `off`, `openai:MODEL` (an OpenAI-compatible /v1/embeddings) or `local:DIR` (feature local-embed)"
+                "unknown embedding model `{s}`: expected `off`, `openai:MODEL` (an OpenAI-compatible /v1/embeddings), `local:DIR` (feature local-embed) or `static:DIR` (feature static-embed)"
             )),
         }
     }

@@ -88,7 +88,12 @@ mod tests {
             Ok(EmbedSpec::Local("/m/minilm".into()))
         );
         assert!(EmbedSpec::parse("openai:").is_err());
+        assert_eq!(
+            EmbedSpec::parse("static:/m/minilm-static"),
+            Ok(EmbedSpec::Static("/m/minilm-static".into()))
+        );
         assert!(EmbedSpec::parse("local:").is_err());
+        assert!(EmbedSpec::parse("static: ").is_err());
         assert!(EmbedSpec::parse("bert").is_err());
     }
 

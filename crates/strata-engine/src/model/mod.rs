@@ -8,6 +8,8 @@ pub mod local;
 pub mod offline;
 pub mod openai;
 pub mod prompts;
+#[cfg(feature = "static-embed")]
+pub mod static_embed;
 pub mod usage;
 
 use crate::config::Config;
@@ -228,6 +230,7 @@ impl Models {
                 )))
             }
             EmbedSpec::Local(dir) => Some(local_embedder(&dir, e.batch)?),
+            EmbedSpec::Static(dir) => Some(static_embedder(&dir, e.batch)?),
         };
         Ok(Models {
             sub,
@@ -251,6 +254,21 @@ fn local_embedder(dir: &str, batch: usize) -> Result<Arc<dyn Embedder>> {
 fn local_embedder(dir: &str, _batch: usize) -> Result<Arc<dyn Embedder>> {
     Err(Error::Config(format!(
         "embed.model = local:{dir} needs strata built with `--features local-embed`"
+    )))
+}
+
+#[cfg(feature = "static-embed")]
+fn static_embedder(dir: &str, batch: usize) -> Result<Arc<dyn Embedder>> {
+    Ok(Arc::new(static_embed::StaticEmbedder::load(
+        std::path::Path::new(dir),
+        batch,
+    )?))
+}
+
+#[cfg(not(feature = "static-embed"))]
+fn static_embedder(dir: &str, _batch: usize) -> Result<Arc<dyn Embedder>> {
+    Err(Error::Config(format!(
+        "embed.model = static:{dir} needs strata built with `--features static-embed` (or `local-embed`)"
     )))
 }
 
