@@ -25,6 +25,8 @@ fn root() -> PathBuf {
 /// the highest layer its modules may be in, and the module the crate is (a front end), if
 /// it is one rather than holding several.
 const CRATES: &[(&str, &str, usize, Option<&str>)] = &[
+    // No code: one feature set per dependency for the whole workspace (below every crate).
+    ("strata-deps", "crates/strata-deps", 0, None),
     ("strata-core", "crates/strata-core", 3, None),
     ("strata-store", "crates/strata-store", 5, None),
     ("strata-engine", "crates/strata-engine", 12, None),
