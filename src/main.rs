@@ -89,19 +89,45 @@ fn run(cli: Cli) -> Result<()> {
         std::thread::spawn(strata::token::warm);
     }
     let opened = match read_only {
-        true => Engine::open_read_only(&cli.db, cfg),
-        false => Engine::open(&cli.db, cfg),
+        true => Engine::open_read_only(&cli.db, cfg.clone()),
+        false => Engine::open(&cli.db, cfg.clone()),
     };
     let engine = std::mem::ManuallyDrop::new(std::sync::Arc::new(
         opened.with_context(|| format!("cannot open the store at {db_name}"))?,
     ));
     let rt = runtime()?;
     let now = unix_now();
-    run_command(cli.cmd, &engine, &rt, now, json)?;
+    // A read-only store refuses the first write, before it begins (`Engine::writing`): a
+    // `context` or `query` that must build missing or expired levels first opens the
+    // store writable and runs again (the read-only handle wrote nothing; dropping it
+    // releases sled's lock).
+    let again = read_only.then(|| cli.cmd.clone());
+    let engine = match (run_command(cli.cmd, &engine, &rt, now, json), again) {
+        (Err(e), Some(cmd)) if refused_read_only(&e) => {
+            tracing::info!("this command must write after all: opening the store writable");
+            drop(std::mem::ManuallyDrop::into_inner(engine));
+            let engine = std::mem::ManuallyDrop::new(std::sync::Arc::new(
+                Engine::open(&cli.db, cfg)
+                    .with_context(|| format!("cannot open the store at {db_name}"))?,
+            ));
+            run_command(cmd, &engine, &rt, now, json)?;
+            engine
+        }
+        (r, _) => {
+            r?;
+            engine
+        }
+    };
     if !engine.is_read_only() {
         drop(std::mem::ManuallyDrop::into_inner(engine));
     }
     Ok(())
+}
+
+/// Whether `e` is a read-only store refusing a write ([`strata::Error::ReadOnly`]).
+fn refused_read_only(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| matches!(c.downcast_ref(), Some(strata::Error::ReadOnly)))
 }
 
 /// Runs one subcommand on an open engine.

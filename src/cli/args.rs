@@ -42,7 +42,7 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 pub enum Cmd {
     /// Add documents (.txt, .md) or a debate (JSON Lines turns) to a scope.
     Ingest {
@@ -199,7 +199,7 @@ impl Cmd {
 
 /// `--since` / `--until`: only what was said in a time range (sources without a time are
 /// then left out).
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct During {
     /// Only sources said at or after TIME (RFC 3339, or a date: from its start).
     #[arg(long, value_name = "TIME")]
@@ -215,7 +215,7 @@ impl During {
     }
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 #[cfg_attr(not(feature = "eval"), allow(dead_code))]
 pub struct EvalArgs {
     /// Directories of .txt files to cut haystacks from (e.g. from scripts/fetch-essays.sh

@@ -49,7 +49,7 @@ impl Engine {
         for s in sources {
             crate::id::source(s)?;
         }
-        self.writing();
+        self.writing()?;
         let report = {
             let _w = self.write.lock().expect("write lock poisoned");
             let _s = self.store.lock_scope(scope)?;

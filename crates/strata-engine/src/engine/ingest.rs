@@ -114,7 +114,7 @@ impl Engine {
             }
         }
         self.ensure_room(files.iter().map(|f| f.bytes).sum())?;
-        self.writing();
+        self.writing()?;
         let prepared: Vec<Vec<Option<Vec<Chunk>>>> = files
             .iter()
             .map(|f| {
@@ -356,7 +356,7 @@ impl Engine {
             self.cfg.ingest.max_source_bytes(),
         )?;
         self.ensure_room(probe.text.len() as u64)?;
-        self.writing();
+        self.writing()?;
         let chunks = chunk::chunk(&probe.text, Structure::Turn, self.cfg.chunk.tokens);
         let (report, id) = {
             let _w = self.write.lock().expect("write lock poisoned");

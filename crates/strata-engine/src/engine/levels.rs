@@ -111,7 +111,7 @@ impl Engine {
         progress: &dyn Progress,
         rank: bool,
     ) -> Result<(BuildReport, Plan)> {
-        self.writing();
+        self.writing()?;
         // Before the plan: a forget that commits after this moves the generation, and
         // the build then writes nothing over what it removed.
         let generation = self.forgets.generation();

@@ -183,7 +183,7 @@ impl Engine {
     /// Removes expired nodes, and nodes no scope's current tree reaches (left behind by
     /// changed sources or another compressor), from the store and the index.
     pub fn gc(&self, now: u64) -> Result<GcReport> {
-        self.writing();
+        self.writing()?;
         let expired = self.store.sweep(now)?;
         // The ids before the trees: a node another process writes meanwhile (a shared
         // store) is in a tree read after it, never taken for unreachable.
@@ -222,7 +222,7 @@ impl Engine {
     /// Rebuilds the index from the store: every stored node. Marks of changes made while
     /// it runs stay pending for the next [`Engine::sync_index`].
     pub fn reindex(&self) -> Result<usize> {
-        self.writing();
+        self.writing()?;
         let _g = self.index_sync.lock().expect("index sync lock poisoned");
         let pending = self.store.pending_index()?;
         self.index.delete_all()?;

@@ -203,9 +203,15 @@ impl Engine {
     }
 
     /// Called by every path that writes, before it does: from then on this engine keeps
-    /// the index up to date like any writer.
-    fn writing(&self) {
+    /// the index up to date like any writer. A store opened without the right to write
+    /// ([`Store::is_read_only`]) refuses here, before anything is written: the caller
+    /// opens it writable ([`Engine::open`]) and asks again.
+    fn writing(&self) -> Result<()> {
+        if self.store.is_read_only() {
+            return Err(crate::error::Error::ReadOnly);
+        }
         self.read_only.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Opens an engine on `store` with its index in `index_dir`; `dir` is the directory

@@ -536,6 +536,8 @@ pub struct Store {
     /// Bumped after every write of this handle (and its clones) that can change a scope's
     /// tree or its nodes' liveness: what [`Store::generation`] reports.
     generation: Arc<AtomicU64>,
+    /// Opened without the right to write ([`Store::open_read_only`]).
+    read_only: bool,
 }
 
 /// A value as the backends keep it: its type's format version byte, then bincode — or,
@@ -652,7 +654,14 @@ impl Store {
             expiry_changed: Arc::new(Notify::new()),
             earliest: Arc::new(AtomicU64::new(u64::MAX)),
             generation: Arc::new(AtomicU64::new(0)),
+            read_only: false,
         }
+    }
+
+    /// Whether this store was opened without the right to write
+    /// ([`Store::open_read_only`]): every write through it fails.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// A counter this process bumps after every write that can change a scope's tree or
@@ -682,12 +691,19 @@ impl Store {
         Ok(Store::new(Arc::new(self::sled::SledBackend::open(dir)?)))
     }
 
-    /// Opens the existing sled store in `dir` for reading (see
-    /// `SledBackend::open_read_only` for what sled writes anyway).
+    /// Opens the existing sled store in `dir` for a command that only reads: nothing is
+    /// written to its files, and a write through it fails (`SledBackend::open_read_only`).
+    /// A store that cannot be read that way (an older layout, files that need repair) is
+    /// opened writable, as by [`Store::open`]; [`Store::is_read_only`] tells which.
     pub fn open_read_only(dir: &Path) -> Result<Store> {
-        Ok(Store::new(Arc::new(
-            self::sled::SledBackend::open_read_only(dir)?,
-        )))
+        match self::sled::SledBackend::open_read_only(dir)? {
+            Some(b) => {
+                let mut s = Store::new(Arc::new(b));
+                s.read_only = true;
+                Ok(s)
+            }
+            None => Store::open(dir),
+        }
     }
 
     /// Opens (or creates) the PostgreSQL store at `url` as replica `replica`, with a pool of

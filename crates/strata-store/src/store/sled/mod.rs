@@ -110,6 +110,22 @@ pub struct SledBackend {
     queue: LocalQueue,
 }
 
+/// The trees a store of [`LAYOUT`] holds (what [`SledBackend::from_db`] opens).
+const TREES: [&str; 12] = [
+    "nodes",
+    "expiry",
+    "deadlines",
+    "sources",
+    "texts",
+    "scopes",
+    "members",
+    "views",
+    "jobs",
+    "unindexed",
+    "embeddings",
+    "fallbacks",
+];
+
 impl SledBackend {
     /// The embedders that have vectors here (keys are embedder prefix ++ node id: one
     /// seek per distinct prefix).
@@ -139,15 +155,48 @@ impl SledBackend {
         Self::open_with(dir, Some(500))
     }
 
-    /// Opens the existing store in `dir` for a command that only reads. sled 0.34.7 has no
-    /// read-only mode: every open zero-fills the unused tail of its active log segment and
-    /// every free segment (bytes that are zero already after the first open), fsyncs, and,
-    /// when the log has grown since its last snapshot, writes a new snapshot (`snap.*`) and
-    /// deletes the old one. What is left out here is the rest: sled's background flusher,
-    /// which fsyncs every 500 ms, changed or not. A reader that goes on to write (a build)
-    /// flushes explicitly, as every write path does before it reports success.
-    pub fn open_read_only(dir: &Path) -> Result<SledBackend> {
-        Self::open_with(dir, None)
+    /// Opens the existing store in `dir` for a command that only reads, without writing a
+    /// byte: sled's read-only open (`crates/sled`, PATCH.md) recovers in memory and leaves
+    /// the log, the snapshot and the blobs as they are (the next writable open zero-fills
+    /// and snapshots as before), with no background flusher and no closing flush; a write
+    /// through it fails. `None` when the store cannot be read that way: an older layout
+    /// (migrated by the next writable open), a missing table, or files that need repair
+    /// (see `repair`) — the caller opens it writable instead.
+    pub fn open_read_only(dir: &Path) -> Result<Option<SledBackend>> {
+        let path = dir.join("store");
+        if !path.join("db").is_file() || !path.join("conf").is_file() {
+            return Ok(None);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let db = loop {
+            match sled::Config::new()
+                .path(&path)
+                .cache_capacity(256 * 1024 * 1024)
+                .flush_every_ms(None)
+                .read_only(true)
+                .open()
+            {
+                Ok(db) => break db,
+                Err(sled::Error::Io(io))
+                    if io.to_string().starts_with("could not acquire lock") =>
+                {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(Error::InUse(dir.to_path_buf()));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => {
+                    tracing::debug!("read-only open failed ({e}): opening writable");
+                    return Ok(None);
+                }
+            }
+        };
+        let names: std::collections::HashSet<sled::IVec> = db.tree_names().into_iter().collect();
+        let complete = TREES.iter().all(|t| names.contains(t.as_bytes()));
+        match db.get("format").db()? {
+            Some(v) if complete && v.len() == 1 && v[0] == LAYOUT => Self::from_db(db).map(Some),
+            _ => Ok(None),
+        }
     }
 
     fn open_with(dir: &Path, flush_every_ms: Option<u64>) -> Result<SledBackend> {
@@ -201,6 +250,7 @@ impl SledBackend {
                 )));
             }
         };
+        debug_assert_eq!(TREES.len(), 12);
         let s = SledBackend {
             nodes: db.open_tree("nodes").db()?,
             expiry: db.open_tree("expiry").db()?,

@@ -175,6 +175,44 @@ fn a_store_in_use_says_so_in_one_line() {
     let e = SledBackend::open(dir.path()).err().unwrap().to_string();
     assert!(e.contains("in use by another strata process"), "{e}");
     assert!(!e.contains('\n') && e.len() < 300, "{e}");
+    // A read-only open of it too.
+    let e = SledBackend::open_read_only(dir.path()).err().unwrap().to_string();
+    assert!(e.contains("in use by another strata process"), "{e}");
+}
+
+/// A store opened read-only refuses to write (sled's read-only open), and its files are
+/// as they were; a writable open after it works as before.
+#[test]
+fn a_read_only_store_writes_nothing_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledBackend::open(dir.path()).unwrap();
+        s.put_nodes(&[crate::store::tests::node(1, None)], None)
+            .unwrap();
+        s.db.flush().unwrap();
+    }
+    let files = |d: &std::path::Path| {
+        let mut v: Vec<(std::path::PathBuf, Vec<u8>)> = Vec::new();
+        for e in std::fs::read_dir(d.join("store")).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                v.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+        v.sort();
+        v
+    };
+    let before = files(dir.path());
+    {
+        let s = SledBackend::open_read_only(dir.path()).unwrap().unwrap();
+        assert_eq!(s.node_ids().unwrap(), vec![NodeId([1; 32])]);
+        s.db.insert("x", "y").unwrap();
+        assert!(s.db.flush().is_err(), "a write reached the log");
+    }
+    assert!(before == files(dir.path()), "a read-only open changed the store");
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(s.node_ids().unwrap(), vec![NodeId([1; 32])]);
+    assert_eq!(s.db.get("x").unwrap(), None);
 }
 
 /// The count of losses is on disk with the nodes: a reader opened after a removal sees it
@@ -190,7 +228,9 @@ fn the_count_of_losses_survives_a_reopen() {
         assert!(s.remove_node(&NodeId([1; 32])).unwrap());
         s.db.flush().unwrap();
     }
-    let s = SledBackend::open_read_only(dir.path()).unwrap();
+    let s = SledBackend::open_read_only(dir.path())
+        .unwrap()
+        .expect("a store of this layout opens read-only");
     assert_eq!(s.losses().unwrap(), Some(1));
     assert_eq!(s.node_ids().unwrap(), Vec::<NodeId>::new(), "not a node");
 }
