@@ -798,6 +798,15 @@ pub struct RunningConfig {
     pub(crate) file: Arc<File>,
 }
 
+impl RunningConfig {
+    /// The same database, as a read-only open sees it (`Config::read_only`).
+    pub(crate) fn read_only_copy(&self) -> RunningConfig {
+        let mut inner = (*self.inner.0).clone();
+        inner.read_only = true;
+        RunningConfig { inner: Config(Arc::new(inner)), file: self.file.clone() }
+    }
+}
+
 #[allow(unsafe_code)]
 unsafe impl Send for RunningConfig {}
 

@@ -799,6 +799,16 @@ impl Tree {
         self.context.pagecache.flush()
     }
 
+    /// Flushes, then writes a snapshot of the log as it is on disk (what the next open's
+    /// recovery computes first, without the zero-fills, blob removals and truncations
+    /// recovery does), so that the next open, read-only or not, scans only what is
+    /// written after it. Meant for a process that will write no more; a write after it
+    /// is recovered from the log as any other.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.context.pagecache.flush()?;
+        crate::pagecache::checkpoint(&self.context.pagecache.config)
+    }
+
     /// Asynchronously flushes all dirty IO buffers
     /// and calls fsync. If this succeeds, it is
     /// guaranteed that all previous writes will

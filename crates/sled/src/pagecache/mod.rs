@@ -53,7 +53,7 @@ pub(crate) use self::{
         SegmentNumber,
     },
     reservation::Reservation,
-    snapshot::{read_snapshot_or_default, PageState, Snapshot},
+    snapshot::{checkpoint, read_snapshot_or_default, PageState, Snapshot},
 };
 
 pub use self::{

@@ -442,6 +442,21 @@ fn advance_snapshot(
     Ok(snapshot)
 }
 
+/// See `Tree::checkpoint`: the snapshot recovery would compute, written, and nothing
+/// else of recovery done (it advances a read-only copy of the config).
+pub(crate) fn checkpoint(config: &RunningConfig) -> Result<()> {
+    let last_snap = read_snapshot(config)?.unwrap_or_else(Snapshot::default);
+    let old_stable_lsn = last_snap.stable_lsn;
+    let log_iter =
+        raw_segment_iter_from(last_snap.stable_lsn.unwrap_or(0), config)?;
+    let read_only = config.read_only_copy();
+    let snapshot = advance_snapshot(log_iter, last_snap, &read_only)?;
+    if snapshot.stable_lsn > old_stable_lsn {
+        write_snapshot(config, &snapshot)?;
+    }
+    Ok(())
+}
+
 /// Read a `Snapshot` or generate a default, then advance it to
 /// the tip of the data file, if present.
 pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {

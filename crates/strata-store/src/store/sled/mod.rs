@@ -813,6 +813,10 @@ impl Replication for SledBackend {
         Ok(())
     }
 
+    fn checkpoint(&self) -> Result<()> {
+        self.db.checkpoint().db()
+    }
+
     fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
     }

@@ -176,7 +176,10 @@ fn a_store_in_use_says_so_in_one_line() {
     assert!(e.contains("in use by another strata process"), "{e}");
     assert!(!e.contains('\n') && e.len() < 300, "{e}");
     // A read-only open of it too.
-    let e = SledBackend::open_read_only(dir.path()).err().unwrap().to_string();
+    let e = SledBackend::open_read_only(dir.path())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("in use by another strata process"), "{e}");
 }
 
@@ -209,10 +212,50 @@ fn a_read_only_store_writes_nothing_and_refuses_writes() {
         s.db.insert("x", "y").unwrap();
         assert!(s.db.flush().is_err(), "a write reached the log");
     }
-    assert!(before == files(dir.path()), "a read-only open changed the store");
+    assert!(
+        before == files(dir.path()),
+        "a read-only open changed the store"
+    );
     let s = SledBackend::open(dir.path()).unwrap();
     assert_eq!(s.node_ids().unwrap(), vec![NodeId([1; 32])]);
     assert_eq!(s.db.get("x").unwrap(), None);
+}
+
+/// A checkpoint leaves a snapshot at the log's tip: the next opens start there, and find
+/// everything written before it (and after it: a write after a checkpoint is recovered
+/// from the log).
+#[test]
+fn a_checkpoint_snapshots_the_log_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = |d: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d.join("store"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("snap."))
+            .collect();
+        v.sort();
+        v
+    };
+    {
+        let s = SledBackend::open(dir.path()).unwrap();
+        let before = snaps(dir.path());
+        let nodes: Vec<Node> = (1..=200u8)
+            .map(|i| crate::store::tests::node(i, None))
+            .collect();
+        s.put_nodes(&nodes, None).unwrap();
+        s.checkpoint().unwrap();
+        let after = snaps(dir.path());
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert!(after > before, "no newer snapshot: {before:?} -> {after:?}");
+        s.put_nodes(&[crate::store::tests::node(201, None)], None)
+            .unwrap();
+        s.flush().unwrap();
+    }
+    let r = SledBackend::open_read_only(dir.path()).unwrap().unwrap();
+    assert_eq!(r.node_ids().unwrap().len(), 201);
+    drop(r);
+    let w = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(w.node_ids().unwrap().len(), 201);
 }
 
 /// The count of losses is on disk with the nodes: a reader opened after a removal sees it
