@@ -452,7 +452,16 @@ pub(crate) fn checkpoint(config: &RunningConfig) -> Result<()> {
     let read_only = config.read_only_copy();
     let snapshot = advance_snapshot(log_iter, last_snap, &read_only)?;
     if snapshot.stable_lsn > old_stable_lsn {
-        write_snapshot(config, &snapshot)?;
+        if let Err(e) = write_snapshot(config, &snapshot) {
+            // A snapshot left unfinished (a full disk) would be the newest file
+            // recovery reads: remove it, the older one still stands.
+            let unfinished = format!(
+                "snap.{:016X}.generating",
+                snapshot.stable_lsn.unwrap_or(0)
+            );
+            let _ = std::fs::remove_file(config.get_path().join(unfinished));
+            return Err(e);
+        }
     }
     Ok(())
 }
