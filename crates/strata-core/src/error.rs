@@ -31,9 +31,10 @@ pub enum Error {
         .0.display()
     )]
     InUse(PathBuf),
-    /// A write through a store opened read-only (a command that only reads had to build
-    /// missing or expired levels after all): refused before anything was written; the
-    /// command opens the store writable and runs again.
+    /// A write through a store opened read-only — a command that only reads had to build
+    /// missing or expired levels after all, or sled had to finish upkeep of its tree that
+    /// a writer left half done: refused before anything was written; the command opens
+    /// the store writable and runs again.
     #[error("the store was opened read-only, and this must write to it")]
     ReadOnly,
     /// The file system holding the store is full, or would be after this write: the write

@@ -148,6 +148,14 @@ impl Engine {
         if crate::replica::database_url(dir).is_some() {
             return Engine::open(dir, cfg);
         }
+        // sled may need to write even to read (see `Error::ReadOnly`): then as a writer.
+        match Engine::open_sled_read_only(dir, cfg.clone()) {
+            Err(Error::ReadOnly) => Engine::open(dir, cfg),
+            r => r,
+        }
+    }
+
+    fn open_sled_read_only(dir: &Path, cfg: Config) -> Result<Engine> {
         if !dir.join("store").exists() {
             let e = Engine::from_parts(Store::in_memory(), Index::in_memory()?, cfg)?;
             e.read_only.store(true, Ordering::Relaxed);

@@ -78,6 +78,10 @@ pub(crate) fn sled_error(e: sled::Error) -> Error {
                 .unwrap_or_default()
         )),
         sled::Error::Io(io) => Error::Store(io.to_string()),
+        // A read-only open (crates/sled, PATCH.md) met a write: sled's own upkeep of its
+        // tree (a node split or merged, a page consolidated) that a read can start after a
+        // writer left it half done. The caller opens the store writable and asks again.
+        sled::Error::Unsupported(m) if m.contains("opened read-only") => Error::ReadOnly,
         e => Error::Store(e.to_string()),
     }
 }
