@@ -275,18 +275,35 @@ fn read_only_commands_write_nothing_after_a_writer_is_killed() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
-    let killed = snapshot(&db);
+    // sled's tree upkeep a killed writer left (a node split, depending on where the kill
+    // landed) is refused to a read-only open; the command then says so and runs as a
+    // writer. Otherwise nothing may change.
+    let mut killed = snapshot(&db);
     for args in [
         vec!["stats"],
         vec!["--json", "stats"],
         vec!["grep", "freedom"],
         vec!["grep", "--level", "full", "Union"],
     ] {
-        let (code, out, err) = strata(&db, &args);
-        assert_eq!(code, 0, "{args:?}: {err}");
-        assert!(!out.trim().is_empty(), "{args:?} printed nothing");
-        let diff = changes(&killed, &snapshot(&db));
-        assert!(diff.is_empty(), "{args:?} changed the store: {diff:#?}");
+        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("--db")
+            .arg(&db)
+            .args(&args)
+            .env("STRATA_LOG", "info")
+            .env_remove("STRATA_DB")
+            .env_remove("STRATA_CONFIG")
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(!out.stdout.is_empty(), "{args:?} printed nothing");
+        let now = snapshot(&db);
+        if !err.contains("opening the store writable") {
+            let diff = changes(&killed, &now);
+            assert!(diff.is_empty(), "{args:?} changed the store: {diff:#?}");
+        }
+        killed = now;
     }
     // The next writer recovers the log and finishes the build.
     ok(&db, &["compress", "--scope", "docs"]);

@@ -68,6 +68,12 @@ pub(crate) fn write_blob<T: Serialize>(
     id: Lsn,
     item: &T,
 ) -> Result<()> {
+    // A read-only open writes no file: upkeep a read starts stays in memory, but a page
+    // consolidated into a blob would need one, so it is refused (strata then opens the
+    // store writable).
+    if config.read_only {
+        return Err(Error::Unsupported("the database was opened read-only".into()));
+    }
     let path = config.blob_path(id);
     let mut f =
         std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;

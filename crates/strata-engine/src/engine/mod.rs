@@ -150,7 +150,10 @@ impl Engine {
         }
         // sled may need to write even to read (see `Error::ReadOnly`): then as a writer.
         match Engine::open_sled_read_only(dir, cfg.clone()) {
-            Err(Error::ReadOnly) => Engine::open(dir, cfg),
+            Err(Error::ReadOnly) => {
+                tracing::info!("sled must finish upkeep a writer left: opening the store writable");
+                Engine::open(dir, cfg)
+            }
             r => r,
         }
     }
