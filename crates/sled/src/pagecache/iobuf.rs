@@ -915,6 +915,14 @@ pub(in crate::pagecache) fn make_stable_inner(
         return Ok(0);
     }
 
+    // (strata) A read-only open writes nothing, so nothing it holds will become stable:
+    // waiting for it would never end.
+    if iobufs.config.read_only {
+        return Err(Error::Unsupported(
+            "the database was opened read-only".into(),
+        ));
+    }
+
     let mut stable = first_stable;
 
     while stable < lsn {

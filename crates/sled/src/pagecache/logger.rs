@@ -361,12 +361,36 @@ impl Log {
             let blob_id =
                 if over_blob_threshold { Some(reservation_lsn) } else { None };
 
-            self.iobufs.encapsulate(
+            let encapsulated = self.iobufs.encapsulate(
                 item,
                 message_header,
                 destination,
                 blob_id,
-            )?;
+            );
+
+            if let Err(e) = encapsulated {
+                // (strata) sled 0.34.7 returned here with the buffer's space still
+                // claimed: the IO buffer kept a writer forever, was never written, and
+                // every later flush (a `Tree`'s drop included) waited for it forever. A
+                // blob write refused in a read-only open, or one that fails on a full
+                // disk, got there. The space is cancelled instead (dropping a reservation
+                // that was not completed writes a canceled message, as `abort` does,
+                // without removing a blob this reservation did not write).
+                drop(Reservation {
+                    iobuf,
+                    log: self,
+                    buf: destination,
+                    flushed: false,
+                    lsn: reservation_lsn,
+                    pointer: DiskPtr::new_inline(reservation_lid),
+                    is_blob_rewrite: false,
+                    header_len: usize::try_from(
+                        message_header.serialized_size(),
+                    )
+                    .unwrap(),
+                });
+                return Err(e);
+            }
 
             M.log_reservation_success();
 

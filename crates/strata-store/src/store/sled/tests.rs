@@ -225,6 +225,57 @@ fn a_read_only_store_writes_nothing_and_refuses_writes() {
     assert_eq!(s.db.get("x").unwrap(), None);
 }
 
+/// A write too large for sled's log goes to a blob file of its own; in a read-only open it
+/// is refused before the file exists, and the open still closes: sled 0.34.7 left the log
+/// buffer's space claimed on that failure, and the close waited for it forever (a
+/// read-only `context` process that had printed its window hung at exit; a tree's upkeep
+/// during a read can consolidate a page into a blob the same way).
+#[test]
+fn a_refused_blob_write_in_a_read_only_open_neither_writes_nor_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledBackend::open(dir.path()).unwrap();
+        s.put_nodes(&[crate::store::tests::node(1, None)], None)
+            .unwrap();
+        s.db.flush().unwrap();
+    }
+    let listing = |d: &std::path::Path| {
+        let mut v: Vec<std::path::PathBuf> = walk(&d.join("store"));
+        v.sort();
+        v
+    };
+    let before = listing(dir.path());
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let s = SledBackend::open_read_only(&path).unwrap().unwrap();
+        let big = vec![7u8; 4 << 20];
+        let refused = matches!(s.db.insert("big", big).db(), Err(Error::ReadOnly));
+        drop(s);
+        tx.send(refused).unwrap();
+    });
+    let refused = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("a read-only open whose blob write was refused never closed");
+    assert!(refused, "the blob write was not refused as read-only");
+    assert_eq!(before, listing(dir.path()), "a read-only open left a file");
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert_eq!(s.node_ids().unwrap(), vec![NodeId([1; 32])]);
+    assert_eq!(s.db.get("big").unwrap(), None);
+}
+
+fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
 /// A checkpoint leaves a snapshot at the log's tip: the next opens start there, and find
 /// everything written before it (and after it: a write after a checkpoint is recovered
 /// from the log).
