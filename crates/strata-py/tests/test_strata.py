@@ -146,3 +146,27 @@ def test_settings_reach_the_config(tmp_path):
     with pytest.raises(strata.StrataError) as e:
         strata.open(tmp_path / "s", chunk_tokens="not-a-number")
     assert "\n" not in str(e.value)
+
+
+def test_a_build_leaves_a_snapshot_of_the_log(tmp_path, monkeypatch):
+    # What the CLI leaves after a command that wrote: read-only opens after the build then
+    # start from the snapshot instead of scanning all the build wrote.
+    monkeypatch.chdir(REPO)
+    store = tmp_path / "store"
+
+    def newest_snapshot() -> int:
+        snaps = [p.name for p in (store / "store").iterdir() if p.name.startswith("snap.")]
+        return max((int(n.split(".")[1], 16) for n in snaps if n.count(".") == 1), default=-1)
+
+    db = strata.open(store)
+    db.ingest("debate", [os.path.relpath(DEBATE)])
+    before = newest_snapshot()
+    db.compress("debate")
+    after_build = newest_snapshot()
+    assert after_build > before, (before, after_build)
+    db.append("debate", 99, "moss", "One more turn after the build.")
+    del db
+    import gc
+
+    gc.collect()
+    assert newest_snapshot() > after_build
