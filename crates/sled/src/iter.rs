@@ -153,7 +153,16 @@ impl Iterator for Iter {
     fn next(&mut self) -> Option<Self::Item> {
         let _measure = Measure::new(&M.tree_scan);
         let _cc = concurrency_control::read();
-        self.next_inner()
+        // (strata) An error ends the iteration: sled 0.34.7 tried again at the next
+        // call and met the same error, so `count()` (`Tree::len`) never returned.
+        if self.bounds_collapsed() {
+            return None;
+        }
+        let item = self.next_inner();
+        if let Some(Err(_)) = item {
+            self.end();
+        }
+        item
     }
 
     fn last(mut self) -> Option<Self::Item> {
@@ -163,6 +172,27 @@ impl Iterator for Iter {
 
 impl DoubleEndedIterator for Iter {
     fn next_back(&mut self) -> Option<Self::Item> {
+        // (strata) as in `next`: an error ends the iteration.
+        if self.bounds_collapsed() {
+            return None;
+        }
+        let item = self.next_back_inner();
+        if let Some(Err(_)) = item {
+            self.end();
+        }
+        item
+    }
+}
+
+impl Iter {
+    /// (strata) Collapses the bounds, so that the iteration is over.
+    fn end(&mut self) {
+        self.lo = Bound::Excluded(IVec::from(&[1u8][..]));
+        self.hi = Bound::Excluded(IVec::from(&[0u8][..]));
+        self.cached_node = None;
+    }
+
+    fn next_back_inner(&mut self) -> Option<Result<(IVec, IVec)>> {
         let _measure = Measure::new(&M.tree_reverse_scan);
         let guard = pin();
         let _cc = concurrency_control::read();

@@ -1591,6 +1591,9 @@ impl Tree {
                 let size = node_view.0.log_size();
                 let view = View { node_view: *node_view, pid, size };
                 if view.merging_child.is_some() {
+                    // (strata) A merge a writer left half done must be finished
+                    // before the tree can be read, and finishing it writes.
+                    self.refuse_upkeep_if_read_only()?;
                     self.merge_node(&view, view.merging_child.unwrap().get(), guard)?;
                 } else {
                     return Ok(Some(view));
@@ -1663,9 +1666,12 @@ impl Tree {
 
             // When we encounter a merge intention, we collaboratively help out
             if view.merging_child.is_some() {
+                self.refuse_upkeep_if_read_only()?;
                 self.merge_node(&view, view.merging_child.unwrap().get(), guard)?;
                 retry!();
             } else if view.merging {
+                // (strata) no other thread of a read-only open finishes it
+                self.refuse_upkeep_if_read_only()?;
                 // we missed the parent merge intention due to a benign race,
                 // so go around again and try to help out if necessary
                 retry!();
@@ -1680,7 +1686,14 @@ impl Tree {
                 retry!();
             }
 
-            if view.should_split() {
+            // (strata) A read-only open leaves upkeep to the next writer: an oversized
+            // node reads as it is, a half-done split is followed through its right
+            // sibling, and no merge begins. Done in memory only, a node change would
+            // point at log space never written, which a page read again after
+            // eviction meets.
+            let read_only = self.context.read_only;
+
+            if view.should_split() && !read_only {
                 self.split_node(&view, &parent_view, root_pid, guard)?;
                 retry!();
             }
@@ -1693,7 +1706,7 @@ impl Tree {
                 ).get();
                 if unsplit_parent.is_none() && parent_view.is_some() {
                     unsplit_parent = parent_view.clone();
-                } else if parent_view.is_none() && view.lo.is_empty() {
+                } else if parent_view.is_none() && view.lo.is_empty() && !read_only {
                     assert!(unsplit_parent.is_none());
                     assert_eq!(view.pid, root_pid);
                     // we have found a partially-split root
@@ -1708,7 +1721,9 @@ impl Tree {
                     }
                 }
                 continue;
-            } else if let Some(unsplit_parent) = unsplit_parent.take() {
+            } else if let Some(unsplit_parent) =
+                unsplit_parent.take().filter(|_| !read_only)
+            {
                 // we have found the proper page for
                 // our cooperative parent split
                 let mut parent: Node = unsplit_parent.deref().clone();
@@ -1742,7 +1757,7 @@ impl Tree {
             // would be merged into a different index, which
             // would add considerable complexity to this already
             // fairly complex implementation.
-            if view.should_merge() && !took_leftmost_branch {
+            if view.should_merge() && !took_leftmost_branch && !read_only {
                 if let Some(ref mut parent) = parent_view {
                     assert!(parent.merging_child.is_none());
                     if parent.can_merge_child() {
@@ -1779,6 +1794,17 @@ impl Tree {
             cursor,
             key.as_ref(),
         );
+    }
+
+    /// (strata) `Error::Unsupported` in a read-only open, where upkeep that must write
+    /// cannot be done.
+    fn refuse_upkeep_if_read_only(&self) -> Result<()> {
+        if self.context.read_only {
+            return Err(Error::Unsupported(
+                "the database was opened read-only".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn cap_merging_child<'g>(

@@ -264,6 +264,81 @@ fn a_refused_blob_write_in_a_read_only_open_neither_writes_nor_hangs() {
     assert_eq!(s.db.get("big").unwrap(), None);
 }
 
+/// A read-only open reads a tree a writer left wanting upkeep (nodes past their split size,
+/// a split not yet known to its parent) as it is, and a page it evicts reads back the same:
+/// sled 0.34.7 would do the upkeep in memory, pointing pages at log space that is never
+/// written, so a page read again after eviction failed — and an iteration retried the same
+/// error forever (a read-only `stats` counted embeddings until it held 19 GB).
+#[test]
+fn a_read_only_open_reads_a_tree_that_wants_upkeep_with_a_small_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    // Keys in hash order (as node ids are) land on leaves all over the tree, and a leaf
+    // grown past its split size is split only by the next traversal that meets it: a
+    // writer leaves many such leaves behind.
+    let key = |i: u32| i.wrapping_mul(2_654_435_761).to_be_bytes();
+    let value = |i: u32| vec![(i % 251) as u8; 1_000 + (i % 1_000) as usize];
+    let n = 20_000u32;
+    {
+        let db = sled::Config::new().path(&path).open().unwrap();
+        let t = db.open_tree("t").unwrap();
+        for i in 0..n {
+            t.insert(key(i), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let listing = |d: &std::path::Path| {
+        let mut v: Vec<(std::path::PathBuf, Vec<u8>)> = walk(d)
+            .into_iter()
+            .map(|p| {
+                let bytes = if p.is_file() {
+                    std::fs::read(&p).unwrap()
+                } else {
+                    Vec::new()
+                };
+                (p, bytes)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing(&path);
+    let p = path.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let db = sled::Config::new()
+            .path(&p)
+            .read_only(true)
+            .cache_capacity(256 * 1024)
+            .open()
+            .unwrap();
+        let t = db.open_tree("t").unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let mut count = 0u32;
+            for kv in t.iter() {
+                let (_, v) = kv.unwrap();
+                assert!(v.len() >= 1_000 && v.iter().all(|&b| b == v[0]));
+                count += 1;
+            }
+            seen.push(count);
+        }
+        for i in (0..n).step_by(97) {
+            assert_eq!(t.get(key(i)).unwrap().unwrap(), value(i), "key {i}");
+        }
+        tx.send((seen, t.len())).unwrap();
+    });
+    let (seen, len) = rx
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("the read-only reads never ended");
+    assert_eq!(seen, vec![n; 2]);
+    assert_eq!(len, n as usize);
+    assert!(
+        before == listing(&path),
+        "a read-only open changed the store"
+    );
+}
+
 fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(d).unwrap() {
