@@ -627,3 +627,58 @@ fn the_llm_policy_greps_hybrid_with_its_own_keywords() {
         .expect("the model's grep");
     assert!(grep.contains("(hybrid: 1 BM25 + "), "{grep}");
 }
+
+/// A question-focused window ranks turns and passages through the same fused retrieval as
+/// a query: the question is embedded (once), and the passage that answers it in other
+/// words comes first. (Until 2026-11-28 the window never embedded the question, so its
+/// "fusion" was BM25 alone whatever was configured.)
+#[test]
+fn a_question_focused_window_is_hybrid_when_an_embedder_is_configured() {
+    let rt = rt();
+    let window = |e: &Engine| {
+        rt.block_on(e.context_for(
+            "kb",
+            QUESTION,
+            120,
+            &strata::TimeRange::default(),
+            T0,
+            &NoProgress,
+        ))
+        .unwrap()
+    };
+    // The retrieval score of the part from `source` (1 = the best hit's).
+    let retrieval = |w: &strata::ContextWindow, source: &str| {
+        w.nodes
+            .iter()
+            .find(|n| n.spans.iter().any(|s| s.source.ends_with(source)))
+            .and_then(|n| n.why.get("retrieval").copied())
+            .unwrap_or(0.0)
+    };
+    let bm25 = engine_fixed(cfg(None));
+    compress(&rt, &bm25, "kb", T0);
+    let lexical = window(&bm25);
+    // BM25 alone: the tours page has "harbour" and "boat" twice; the ferry page only
+    // "harbour".
+    assert_eq!(retrieval(&lexical, "tours.md"), 1.0);
+    assert!(retrieval(&lexical, "ferry.md") < 1.0);
+
+    let (mock, url) = serve(&rt);
+    let e = engine_fixed(cfg(Some(&url)));
+    compress(&rt, &e, "kb", T0);
+    let before = mock.requests.load(Ordering::SeqCst);
+    let w = window(&e);
+    assert_eq!(
+        mock.requests.load(Ordering::SeqCst) - before,
+        1,
+        "the question is embedded once"
+    );
+    // Fused, the ferry page (a ship, paid) is the dense ranking's best, and ranks with
+    // the tours page at the top (the two tie under reciprocal-rank fusion: each is one
+    // list's best).
+    assert_eq!(
+        retrieval(&w, "ferry.md"),
+        1.0,
+        "{:#?}",
+        w.nodes.iter().map(|n| &n.why).collect::<Vec<_>>()
+    );
+}

@@ -67,6 +67,11 @@ pub(crate) fn window(
     }
     let trees = Trees::new(vec![plan.clone()]);
     let mut dense = corpus.dense();
+    if let Some(d) = dense.as_mut() {
+        // The question's vector, without which the fusion below is BM25 alone (a failure
+        // is recorded there and the window is BM25's).
+        crate::navigate::wait_for(d.embed_query(question, true));
+    }
     let found = corpus.search(
         &trees,
         &Search {
