@@ -70,7 +70,7 @@ pub(crate) fn window(
     if let Some(d) = dense.as_mut() {
         // The question's vector, without which the fusion below is BM25 alone (a failure
         // is recorded there and the window is BM25's).
-        crate::navigate::wait_for(d.embed_query(question, true));
+        crate::model::wait_for(d.embed_query(question, true));
     }
     let found = corpus.search(
         &trees,

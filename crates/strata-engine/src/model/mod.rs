@@ -294,3 +294,15 @@ where
         Err(_) => Err("worker dropped".to_string()),
     }
 }
+
+/// Waits for `f` from synchronous code that may run on a tokio thread (a script's
+/// primitive, a question-focused window embedding its question): inside `block_in_place`
+/// on a multi-threaded runtime, else on this thread.
+pub fn wait_for<F: std::future::Future>(f: F) -> F::Output {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| h.block_on(f))
+        }
+        _ => futures::executor::block_on(f),
+    }
+}

@@ -114,16 +114,7 @@ pub struct Budgets {
     pub sub_calls: Budget,
 }
 
-/// Waits for `f` from synchronous code that may run on a tokio thread (a script's
-/// primitive): inside `block_in_place` on a multi-threaded runtime, else on this thread.
-pub fn wait_for<F: std::future::Future>(f: F) -> F::Output {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| h.block_on(f))
-        }
-        _ => futures::executor::block_on(f),
-    }
-}
+pub use crate::model::wait_for;
 
 /// Runs synchronous work (the offline navigator's scoring, index commits: CPU and disk)
 /// without stalling the runtime's other tasks: on a multi-threaded runtime the worker
