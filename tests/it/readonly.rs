@@ -17,10 +17,16 @@ use std::process::Command;
 use std::time::SystemTime;
 
 fn strata(db: &Path, args: &[&str]) -> (i32, String, String) {
+    strata_with(db, args, &[])
+}
+
+/// [`strata`] with these variables set.
+fn strata_with(db: &Path, args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("--db")
         .arg(db)
         .args(args)
+        .envs(vars.iter().copied())
         .env_remove("STRATA_DB")
         .env_remove("STRATA_CONFIG")
         .current_dir(repo())
@@ -285,19 +291,9 @@ fn read_only_commands_write_nothing_after_a_writer_is_killed() {
         vec!["grep", "freedom"],
         vec!["grep", "--level", "full", "Union"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .arg("--db")
-            .arg(&db)
-            .args(&args)
-            .env("STRATA_LOG", "info")
-            .env_remove("STRATA_DB")
-            .env_remove("STRATA_CONFIG")
-            .current_dir(repo())
-            .output()
-            .unwrap();
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(out.status.success(), "{args:?}: {err}");
-        assert!(!out.stdout.is_empty(), "{args:?} printed nothing");
+        let (code, out, err) = strata_with(&db, &args, &[("STRATA_LOG", "info")]);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!out.is_empty(), "{args:?} printed nothing");
         let now = snapshot(&db);
         if !err.contains("opening the store writable") {
             let diff = changes(&killed, &now);
@@ -325,20 +321,13 @@ fn a_read_only_command_that_must_build_opens_the_store_writable() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let ttl = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .env("STRATA_STORE_TTL_SECS", "1")
-            .env("STRATA_LOG", "info")
-            .env_remove("STRATA_DB")
-            .env_remove("STRATA_CONFIG")
-            .current_dir(repo())
-            .output()
-            .unwrap();
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(out.status.success(), "{args:?}: {err}");
-        (String::from_utf8(out.stdout).unwrap(), err)
+        let (code, out, err) = strata_with(
+            &db,
+            args,
+            &[("STRATA_STORE_TTL_SECS", "1"), ("STRATA_LOG", "info")],
+        );
+        assert_eq!(code, 0, "{args:?}: {err}");
+        (out, err)
     };
     ttl(&["ingest", "--scope", "deb", "data/debate.jsonl"]);
     ttl(&["compress", "--scope", "deb"]);

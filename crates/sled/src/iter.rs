@@ -153,16 +153,7 @@ impl Iterator for Iter {
     fn next(&mut self) -> Option<Self::Item> {
         let _measure = Measure::new(&M.tree_scan);
         let _cc = concurrency_control::read();
-        // (strata) An error ends the iteration: sled 0.34.7 tried again at the next
-        // call and met the same error, so `count()` (`Tree::len`) never returned.
-        if self.bounds_collapsed() {
-            return None;
-        }
-        let item = self.next_inner();
-        if let Some(Err(_)) = item {
-            self.end();
-        }
-        item
+        self.fused(Self::next_inner)
     }
 
     fn last(mut self) -> Option<Self::Item> {
@@ -172,19 +163,28 @@ impl Iterator for Iter {
 
 impl DoubleEndedIterator for Iter {
     fn next_back(&mut self) -> Option<Self::Item> {
-        // (strata) as in `next`: an error ends the iteration.
+        self.fused(Self::next_back_inner)
+    }
+}
+
+impl Iter {
+    /// (strata) One step of `next` or `next_back`, after which an error ends the
+    /// iteration: sled 0.34.7 tried again at the next call and met the same error, so
+    /// `count()` (`Tree::len`) never returned.
+    fn fused(
+        &mut self,
+        step: fn(&mut Iter) -> Option<Result<(IVec, IVec)>>,
+    ) -> Option<Result<(IVec, IVec)>> {
         if self.bounds_collapsed() {
             return None;
         }
-        let item = self.next_back_inner();
+        let item = step(self);
         if let Some(Err(_)) = item {
             self.end();
         }
         item
     }
-}
 
-impl Iter {
     /// (strata) Collapses the bounds, so that the iteration is over.
     fn end(&mut self) {
         self.lo = Bound::Excluded(IVec::from(&[1u8][..]));

@@ -117,6 +117,7 @@ pub fn derived_id(level: Level, compressor: &str, inputs: &[NodeId]) -> NodeId {
     buf.push(level.as_u8());
     buf.extend_from_slice(&(compressor.len() as u64).to_le_bytes());
     buf.extend_from_slice(compressor.as_bytes());
+    // The count of inputs, a field of 8 bytes: its length, then it.
     buf.extend_from_slice(&8u64.to_le_bytes());
     buf.extend_from_slice(&(inputs.len() as u64).to_le_bytes());
     for i in inputs {
