@@ -379,6 +379,16 @@ pub trait SourceStore: Send + Sync {
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()>;
 
     fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>>;
+
+    /// What a build leaves for readers of `scope` ([`Store::put_liveness`]); removed by a
+    /// forget of the scope. Kept beside the views unless a backend keeps it apart.
+    fn put_liveness(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+        self.put_view(&liveness_key(scope), bytes)
+    }
+
+    fn get_liveness(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+        self.get_view(&liveness_key(scope))
+    }
 }
 
 /// Node vectors, per embedder.
@@ -978,11 +988,11 @@ impl Store {
     /// What a writer leaves beside `scope`'s view for the processes that read it next (see
     /// [`NodeStore::losses`]); removed with the view by a forget.
     pub fn put_liveness<T: Record>(&self, scope: &str, record: &T) -> Result<()> {
-        self.backend.put_view(&liveness_key(scope), encode(record)?)
+        self.backend.put_liveness(scope, encode(record)?)
     }
 
     pub fn get_liveness<T: Record>(&self, scope: &str) -> Result<Option<T>> {
-        match self.backend.get_view(&liveness_key(scope))? {
+        match self.backend.get_liveness(scope)? {
             Some(v) => Ok(Some(decode(&format!("liveness of {scope}"), &v)?)),
             None => Ok(None),
         }

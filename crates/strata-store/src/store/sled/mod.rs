@@ -21,8 +21,13 @@
 //! - `fallbacks`: node id → [`FallbackMark`]: the node was made by the offline fallback
 //!   (or built over such a node). Written with the node, removed with it, cleared when the
 //!   node is overwritten by a model-made version.
-//! - `views`, `jobs`: opaque records (scope → view, scope `\u{1}live` → what the last build
-//!   left for readers, big-endian job id → job).
+//! - `views`, `jobs`: opaque records (scope → view, big-endian job id → job).
+//! - the default tree: `format` (below), and [`live_key`] (`live\0` ++ scope) → what the
+//!   last build of the scope left for readers (`Store::put_liveness`). Not beside the
+//!   views: a view of a large scope is a value of a megabyte, which sled keeps with its
+//!   neighbours in one leaf written as one blob, so reading the small record beside it
+//!   read (and writing it rewrote) the megabyte. Older stores kept it in `views` under
+//!   scope `\u{1}live`: read there when the new key is missing, removed at the next write.
 //!
 //! Values are bincode (serde, standard config) behind a one-byte format version. The key
 //! `format` of the default tree holds the layout version of the whole store ([`LAYOUT`]);
@@ -112,6 +117,13 @@ pub struct SledBackend {
     embeddings: sled::Tree,
     fallbacks: sled::Tree,
     queue: LocalQueue,
+}
+
+/// The key, in the default tree, of what the last build of `scope` left for readers.
+fn live_key(scope: &str) -> Vec<u8> {
+    let mut k = b"live\0".to_vec();
+    k.extend_from_slice(scope.as_bytes());
+    k
 }
 
 /// The trees a store of [`LAYOUT`] holds: every one [`SledBackend::from_db`] opens (a
@@ -682,8 +694,9 @@ impl SourceStore for SledBackend {
             &self.fallbacks,
             &self.views,
             &self.embeddings,
+            &*self.db,
         )
-            .transaction(|(sc, me, so, te, n, e, d, u, fb, vi, em)| {
+            .transaction(|(sc, me, so, te, n, e, d, u, fb, vi, em, root)| {
                 let tx = NodeTx {
                     nodes: n,
                     expiry: e,
@@ -711,6 +724,7 @@ impl SourceStore for SledBackend {
                 };
                 vi.remove(name.as_bytes())?;
                 vi.remove(super::liveness_key(name).as_bytes())?;
+                root.remove(live_key(name))?;
                 Ok(())
             })
             .map_err(|e| bad.take().unwrap_or_else(|| txn_err("forget")(e)))
@@ -723,6 +737,22 @@ impl SourceStore for SledBackend {
 
     fn get_view(&self, scope: &str) -> Result<Option<Vec<u8>>> {
         Ok(self.views.get(scope.as_bytes()).db()?.map(|v| v.to_vec()))
+    }
+
+    fn put_liveness(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {
+        self.db.insert(live_key(scope), bytes).db()?;
+        let old = super::liveness_key(scope);
+        if self.views.contains_key(old.as_bytes()).db()? {
+            self.views.remove(old.as_bytes()).db()?;
+        }
+        Ok(())
+    }
+
+    fn get_liveness(&self, scope: &str) -> Result<Option<Vec<u8>>> {
+        match self.db.get(live_key(scope)).db()? {
+            Some(v) => Ok(Some(v.to_vec())),
+            None => self.get_view(&super::liveness_key(scope)),
+        }
     }
 }
 

@@ -388,3 +388,39 @@ fn the_count_of_losses_survives_a_reopen() {
     assert_eq!(s.losses().unwrap(), Some(1));
     assert_eq!(s.node_ids().unwrap(), Vec::<NodeId>::new(), "not a node");
 }
+
+/// What a build leaves for readers is kept in the default tree, not beside the views (a
+/// view of a large scope is a megabyte that sled writes, with its leaf, as one blob, so
+/// a read of the small record beside it read the megabyte). A store that kept it among
+/// the views is read there until the next build moves it.
+#[test]
+fn liveness_lives_apart_from_the_views_and_older_stores_keep_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledBackend::open(dir.path()).unwrap();
+    let store = crate::store::Store::new(std::sync::Arc::new(s));
+    // As an older strata wrote it: in `views`, under the scope's liveness key.
+    store
+        .put_view(&crate::store::liveness_key("kb"), &vec![1f32])
+        .unwrap();
+    store.put_view("kb", &vec![0f32; 300_000]).unwrap();
+    assert_eq!(
+        store.get_liveness::<Vec<f32>>("kb").unwrap(),
+        Some(vec![1.0])
+    );
+    store.put_liveness("kb", &vec![2f32]).unwrap();
+    assert_eq!(
+        store.get_liveness::<Vec<f32>>("kb").unwrap(),
+        Some(vec![2.0])
+    );
+    drop(store);
+    let s = SledBackend::open(dir.path()).unwrap();
+    assert!(s.db.get(live_key("kb")).unwrap().is_some());
+    assert!(
+        s.views
+            .get(crate::store::liveness_key("kb").as_bytes())
+            .unwrap()
+            .is_none(),
+        "the old key is removed when the new one is written"
+    );
+    assert_eq!(s.views.len(), 1, "the view itself stays");
+}
