@@ -1,7 +1,7 @@
 use std::{collections::BTreeMap, io};
 
 use super::{
-    pread_exact_or_eof, read_message, read_segment_header, BasedBuf, DiskPtr,
+    pread_exact_or_eof, read_segment_header, scan_message, BasedBuf, DiskPtr,
     LogKind, LogOffset, LogRead, Lsn, SegmentHeader, SegmentNumber,
     MAX_MSG_HEADER_LEN, SEG_HEADER_LEN,
 };
@@ -74,7 +74,7 @@ impl Iterator for LogIter {
                     / u64::try_from(self.config.segment_size).unwrap(),
             );
 
-            match read_message(
+            match scan_message(
                 &**segment_base,
                 lid,
                 expected_segment_number,

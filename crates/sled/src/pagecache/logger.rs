@@ -2,7 +2,7 @@ use std::fs::File;
 
 use super::{
     arr_to_lsn, arr_to_u32, assert_usize, bump_atomic_lsn, header, iobuf,
-    lsn_to_arr, maybe_decompress, pread_exact, pread_exact_or_eof, read_blob,
+    check_blob, lsn_to_arr, maybe_decompress, pread_exact, pread_exact_or_eof, read_blob,
     roll_iobuf, u32_to_arr, Arc, BasedBuf, BlobPointer, DiskPtr, IoBuf, IoBufs,
     LogKind, LogOffset, Lsn, MessageKind, Reservation, Serialize, Snapshot,
     BATCH_MANIFEST_PID, COUNTER_PID, MAX_MSG_HEADER_LEN, META_PID,
@@ -731,6 +731,27 @@ pub(crate) fn read_message<R: ReadAt>(
     expected_segment_number: SegmentNumber,
     config: &Config,
 ) -> Result<LogRead> {
+    read_message_inner(file, lid, expected_segment_number, config, true)
+}
+
+/// `read_message` for a scan that needs to know only that a linked blob is there and
+/// whole (`check_blob`), not its bytes: its `LogRead::Blob` carries an empty buffer.
+pub(crate) fn scan_message<R: ReadAt>(
+    file: &R,
+    lid: LogOffset,
+    expected_segment_number: SegmentNumber,
+    config: &Config,
+) -> Result<LogRead> {
+    read_message_inner(file, lid, expected_segment_number, config, false)
+}
+
+fn read_message_inner<R: ReadAt>(
+    file: &R,
+    lid: LogOffset,
+    expected_segment_number: SegmentNumber,
+    config: &Config,
+    read_blobs: bool,
+) -> Result<LogRead> {
     let _measure = Measure::new(&M.read);
     let segment_len = config.segment_size;
     let seg_start = lid / segment_len as LogOffset * segment_len as LogOffset;
@@ -822,7 +843,12 @@ pub(crate) fn read_message<R: ReadAt>(
         | MessageKind::BlobMeta => {
             let id = arr_to_lsn(&buf);
 
-            match read_blob(id, config) {
+            let read = if read_blobs {
+                read_blob(id, config)
+            } else {
+                check_blob(id, config).map(|kind| (kind, Vec::new()))
+            };
+            match read {
                 Ok((kind, buf)) => {
                     assert_eq!(header.kind, kind);
                     trace!(

@@ -35,7 +35,7 @@ use parallel_io_unix::{pread_exact, pread_exact_or_eof, pwrite_all};
 use parallel_io_windows::{pread_exact, pread_exact_or_eof, pwrite_all};
 
 use self::{
-    blob_io::{gc_blobs, read_blob, remove_blob, write_blob},
+    blob_io::{check_blob, gc_blobs, read_blob, remove_blob, write_blob},
     constants::{
         BATCH_MANIFEST_PID, COUNTER_PID, META_PID,
         PAGE_CONSOLIDATION_THRESHOLD, SEGMENT_CLEANUP_THRESHOLD,
@@ -49,8 +49,8 @@ use self::{
 
 pub(crate) use self::{
     logger::{
-        read_message, read_segment_header, MessageHeader, SegmentHeader,
-        SegmentNumber,
+        read_message, read_segment_header, scan_message, MessageHeader,
+        SegmentHeader, SegmentNumber,
     },
     reservation::Reservation,
     snapshot::{checkpoint, read_snapshot_or_default, PageState, Snapshot},
