@@ -7,8 +7,20 @@ use std::fmt;
 
 /// blake3 of a node's level, its inputs and the compressor's identity. Same inputs, same
 /// model, same prompt version ⇒ same id ⇒ cache hit.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeId(pub [u8; 32]);
+
+/// An id is a blake3 output, so its first eight bytes are already as spread as a hash of
+/// all 32: a map keyed by ids hashes those (one word), not the whole id behind a length
+/// prefix. The maps' own hasher (SipHash, randomly keyed) still mixes them, so where ids
+/// land in a map is not predictable from the ids. Equal ids have equal first bytes, as
+/// `Hash` requires of `Eq`.
+impl std::hash::Hash for NodeId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [a, b, c, d, e, f, g, h, ..] = self.0;
+        state.write_u64(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+    }
+}
 
 impl NodeId {
     pub fn to_hex(&self) -> String {

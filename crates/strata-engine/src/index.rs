@@ -21,6 +21,30 @@ use tantivy::schema::{
 };
 use tantivy::{DocSet, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
+/// Documents holding any of `terms`, each scoring 1 (as tantivy's `TermSetQuery` does). A
+/// handful of terms (a scope, the levels asked for) is a union of term queries: a
+/// `TermSetQuery` builds a finite-state transducer for its set, with a 10,000-entry
+/// registry, for every search (a tenth of a `strata query` process went there). A large
+/// set (node ids) keeps the transducer.
+fn any_of(terms: impl IntoIterator<Item = Term>) -> Box<dyn Query> {
+    const SMALL: usize = 16;
+    let terms: Vec<Term> = terms.into_iter().collect();
+    if terms.len() > SMALL {
+        return Box::new(TermSetQuery::new(terms));
+    }
+    let union: Vec<(Occur, Box<dyn Query>)> = terms
+        .into_iter()
+        .map(|t| {
+            let q: Box<dyn Query> = Box::new(TermQuery::new(t, IndexRecordOption::Basic));
+            (Occur::Should, q)
+        })
+        .collect();
+    Box::new(ConstScoreQuery::new(
+        Box::new(BooleanQuery::new(union)),
+        1.0,
+    ))
+}
+
 fn ierr(e: impl std::fmt::Display) -> Error {
     Error::Index(e.to_string())
 }
@@ -636,9 +660,7 @@ impl Index {
             vec![
                 (
                     Occur::Must,
-                    Box::new(TermSetQuery::new(
-                        scopes.iter().map(|x| Term::from_field_text(f.scope, x)),
-                    )),
+                    any_of(scopes.iter().map(|x| Term::from_field_text(f.scope, x))),
                 ),
                 (
                     Occur::Must,
@@ -703,19 +725,17 @@ impl Index {
         if !q.scopes.is_empty() {
             clauses.push((
                 Occur::Must,
-                Box::new(TermSetQuery::new(
-                    q.scopes.iter().map(|s| Term::from_field_text(f.scope, s)),
-                )),
+                any_of(q.scopes.iter().map(|s| Term::from_field_text(f.scope, s))),
             ));
         }
         if !q.levels.is_empty() {
             clauses.push((
                 Occur::Must,
-                Box::new(TermSetQuery::new(
+                any_of(
                     q.levels
                         .iter()
                         .map(|l| Term::from_field_u64(f.level, l.as_u8() as u64)),
-                )),
+                ),
             ));
         }
         if let Some(ids) = q.within {
@@ -724,10 +744,10 @@ impl Index {
             }
             clauses.push((
                 Occur::Must,
-                Box::new(TermSetQuery::new(
+                any_of(
                     ids.iter()
                         .map(|id| Term::from_field_text(f.id, &id.to_hex())),
-                )),
+                ),
             ));
         }
         let query = BooleanQuery::new(clauses);
