@@ -10,7 +10,10 @@
 //!   can overlap nothing, so `(calls − 2) × latency / concurrency + 2 × latency`.
 //!
 //! A zero-latency run gives the engine's own cost per call (validation, fact check,
-//! store writes, METADATA tags, scheduling).
+//! store writes, METADATA tags, scheduling). Then turns are appended one at a time after a
+//! build (`STRATA_LAT_APPENDS`, default 5), each followed by the build of what it changed:
+//! its model calls, how many ran one after another, and the wall time until the tree is
+//! whole again.
 //!
 //! ```text
 //! cargo bench --bench latency
@@ -139,6 +142,72 @@ fn build_once(
     }
 }
 
+/// One appended turn: how long until its scope's tree is whole again, with how many model
+/// calls, and how many of them ran one after another.
+struct Appended {
+    wall: Duration,
+    calls: u64,
+    chain: usize,
+}
+
+/// Builds `input` at `concurrency`, then appends `appends` turns one at a time, each
+/// followed by the build of what it changed (what `POST …/turns` and a debate runner's next
+/// `context` call do through the engine): the issue's "one appended turn" row.
+fn append_turns(
+    rt: &tokio::runtime::Runtime,
+    input: &InputFile,
+    rounds: u32,
+    latency: Duration,
+    jitter: Duration,
+    concurrency: usize,
+    appends: usize,
+) -> Vec<Appended> {
+    let mut cfg = Config::default();
+    cfg.build.concurrency = concurrency;
+    cfg.store.ttl_secs = 0;
+    let model = Arc::new(Mock::new(latency, jitter));
+    let engine = Engine::in_memory(cfg)
+        .expect("engine")
+        .with_model(model.clone());
+    let now = 1_800_000_000;
+    engine
+        .ingest("bench", std::slice::from_ref(input), now)
+        .expect("ingest");
+    rt.block_on(engine.compress("bench", now, &NoProgress))
+        .expect("build");
+    model.take_chain();
+    (0..appends)
+        .map(|i| {
+            let turn = Turn {
+                round: rounds + 1,
+                speaker: SPEAKERS[i % SPEAKERS.len()].to_string(),
+                text: format!(
+                    "In the closing round I return to {}: the study must report its costs \
+                     per rider before the vote, and the {} million estimate must be checked \
+                     against the {} plan.",
+                    TOPICS[i % TOPICS.len()],
+                    300 + 17 * i,
+                    2021 + i % 9
+                ),
+                time: None,
+            };
+            let t = Instant::now();
+            engine.append("bench", turn, now).expect("append");
+            let before = model.calls.load(Ordering::Relaxed);
+            let r = rt
+                .block_on(engine.compress("bench", now, &NoProgress))
+                .expect("build after the append");
+            let wall = t.elapsed();
+            assert_eq!(r.fallbacks, 0);
+            Appended {
+                wall,
+                calls: model.calls.load(Ordering::Relaxed) - before,
+                chain: model.take_chain(),
+            }
+        })
+        .collect()
+}
+
 fn env<T: std::str::FromStr>(k: &str, default: T) -> T {
     std::env::var(k)
         .ok()
@@ -239,6 +308,33 @@ fn main() {
         per_call * 1e3
     );
 
+    // One appended turn at a time after the build, at the headline concurrency.
+    let appends: usize = env("STRATA_LAT_APPENDS", 5);
+    let appended = append_turns(&rt, &input, rounds, latency, jitter, 32, appends);
+    println!(
+        "\n| appended turn | model calls | one after another | wall until the tree is whole (s) | wall / latency |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    let l = latency.as_secs_f64();
+    for (i, a) in appended.iter().enumerate() {
+        println!(
+            "| {} | {} | {} | {:.3} | {:.1} |",
+            i + 1,
+            a.calls,
+            a.chain,
+            a.wall.as_secs_f64(),
+            if l > 0.0 {
+                a.wall.as_secs_f64() / l
+            } else {
+                0.0
+            }
+        );
+    }
+    let appended_json: Vec<_> = appended
+        .iter()
+        .map(|a| json!({"calls": a.calls, "chain": a.chain, "wall_s": a.wall.as_secs_f64()}))
+        .collect();
+
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -249,6 +345,7 @@ fn main() {
         "zero_latency": {"calls": zero.calls, "wall_s": zero.wall.as_secs_f64(),
                          "ms_per_call": per_call * 1e3},
         "runs": rows,
+        "appended_turns": appended_json,
     });
     let path = target.join("bench-latency.json");
     if std::fs::create_dir_all(&target).is_ok()

@@ -92,6 +92,26 @@ impl SubModel for Mock {
     }
 }
 
+impl Mock {
+    /// The longest sequence of calls so far each of which started after the one before it
+    /// ended (and forgets the calls): how many model latencies a piece of work waited for
+    /// one after another, whatever ran beside them.
+    #[allow(dead_code)] // the `latency` bench's appended turns; `e2e` shares this file
+    pub fn take_chain(&self) -> usize {
+        let mut spans = std::mem::take(&mut *self.spans.lock().expect("poisoned"));
+        spans.sort_by_key(|s| s.1);
+        let mut chain = 0;
+        let mut free_at: Option<Instant> = None;
+        for (start, end) in spans {
+            if free_at.is_none_or(|t| start >= t) {
+                chain += 1;
+                free_at = Some(end);
+            }
+        }
+        chain
+    }
+}
+
 /// CPU time (user + system) this process has used so far, from /proc/self/stat (Linux).
 pub fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
