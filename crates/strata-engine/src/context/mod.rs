@@ -493,10 +493,14 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
         used: 0,
     };
     let abs = overview(plan, &corpus.node(&plan.abstract_id, now)?);
-    let c = cost(&abs);
     let mut whole = None;
-    // The whole ABSTRACT only for scopes too large to rank whole (`overview::salient`).
-    if plan.full_tokens > overview::MAX_TOKENS && (c as f64) <= OVERVIEW_WHOLE * budget as f64 {
+    // The whole ABSTRACT only for scopes too large to rank whole (`overview::salient`). Its
+    // cost is counted only there: a count needs the tokenizer, which a command loads on
+    // another thread while it reads the store (`token::warm`).
+    let whole_cost = (plan.full_tokens > overview::MAX_TOKENS)
+        .then(|| cost(&abs))
+        .filter(|&c| (c as f64) <= OVERVIEW_WHOLE * budget as f64);
+    if let Some(c) = whole_cost {
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
     } else {

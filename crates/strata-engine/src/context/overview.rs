@@ -348,18 +348,20 @@ pub(super) fn salient(
     if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
         return Ok(None);
     }
-    let header = "## Overview (salient sentences)".to_string();
-    let header_cost = token::count(&header) + 2;
-    if limit <= header_cost {
-        return Ok(None);
-    }
     let stored = || match corpus.view::<SavedView>(&plan.scope) {
         Ok(v) => Ok(v.and_then(|v| v.overview)),
         // A view this strata does not read: derived data, replaced at the next build.
         Err(crate::Error::DataCorruption(_)) => Ok(None),
         Err(e) => Err(e),
     };
+    // Ranked (a stored ranking carries its sentences' counts) before the first count: a
+    // count needs the tokenizer, which a command loads on another thread meanwhile.
     let ranked = ranked(corpus, plan, Some(&stored))?;
+    let header = "## Overview (salient sentences)".to_string();
+    let header_cost = token::count(&header) + 2;
+    if limit <= header_cost {
+        return Ok(None);
+    }
     let Ranked {
         sents,
         unit_of,
