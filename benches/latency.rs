@@ -102,13 +102,17 @@ struct Run {
     gap_ms: (f64, f64),
 }
 
-fn build_once(
-    rt: &tokio::runtime::Runtime,
+/// The benches' clock: every write and build happens at this instant (no TTL expires).
+const NOW: u64 = 1_800_000_000;
+
+/// An in-memory engine with `input` ingested as scope `bench`, built by a [`Mock`] of
+/// `latency ± jitter` at `concurrency`.
+fn ingested(
     input: &InputFile,
     latency: Duration,
     jitter: Duration,
     concurrency: usize,
-) -> Run {
+) -> (Engine, Arc<Mock>) {
     let mut cfg = Config::default();
     cfg.build.concurrency = concurrency;
     cfg.store.ttl_secs = 0;
@@ -117,12 +121,23 @@ fn build_once(
         .expect("engine")
         .with_model(model.clone());
     engine
-        .ingest("bench", std::slice::from_ref(input), 1_800_000_000)
+        .ingest("bench", std::slice::from_ref(input), NOW)
         .expect("ingest");
+    (engine, model)
+}
+
+fn build_once(
+    rt: &tokio::runtime::Runtime,
+    input: &InputFile,
+    latency: Duration,
+    jitter: Duration,
+    concurrency: usize,
+) -> Run {
+    let (engine, model) = ingested(input, latency, jitter, concurrency);
     model.take_gaps(concurrency);
     let (t, cpu) = (Instant::now(), cpu_seconds());
     let r = rt
-        .block_on(engine.compress("bench", 1_800_000_000, &NoProgress))
+        .block_on(engine.compress("bench", NOW, &NoProgress))
         .expect("build");
     let (wall, cpu_s) = (t.elapsed(), cpu_seconds() - cpu);
     let gaps = model.take_gaps(concurrency);
@@ -162,18 +177,8 @@ fn append_turns(
     concurrency: usize,
     appends: usize,
 ) -> Vec<Appended> {
-    let mut cfg = Config::default();
-    cfg.build.concurrency = concurrency;
-    cfg.store.ttl_secs = 0;
-    let model = Arc::new(Mock::new(latency, jitter));
-    let engine = Engine::in_memory(cfg)
-        .expect("engine")
-        .with_model(model.clone());
-    let now = 1_800_000_000;
-    engine
-        .ingest("bench", std::slice::from_ref(input), now)
-        .expect("ingest");
-    rt.block_on(engine.compress("bench", now, &NoProgress))
+    let (engine, model) = ingested(input, latency, jitter, concurrency);
+    rt.block_on(engine.compress("bench", NOW, &NoProgress))
         .expect("build");
     model.take_chain();
     (0..appends)
@@ -192,10 +197,10 @@ fn append_turns(
                 time: None,
             };
             let t = Instant::now();
-            engine.append("bench", turn, now).expect("append");
+            engine.append("bench", turn, NOW).expect("append");
             let before = model.calls.load(Ordering::Relaxed);
             let r = rt
-                .block_on(engine.compress("bench", now, &NoProgress))
+                .block_on(engine.compress("bench", NOW, &NoProgress))
                 .expect("build after the append");
             let wall = t.elapsed();
             assert_eq!(r.fallbacks, 0);
