@@ -705,7 +705,7 @@ fn nodes_made_during_an_outage_are_retried_when_the_model_is_back() {
             );
         }
         // METADATA is made from the FULL text, never by a model: not marked.
-        for id in plan.metadata.values() {
+        for id in plan.metadata().values() {
             assert_eq!(e.store().fallback_mark(id).unwrap(), None);
         }
         let s = e.stats(T0).unwrap();

@@ -603,7 +603,7 @@ fn stats_count_live_and_stale_nodes_by_level() {
         built.live_by_level[Level::Summary],
         plan.groups.len() + plan.reductions.len()
     );
-    assert_eq!(built.live_by_level[Level::Metadata], plan.metadata.len());
+    assert_eq!(built.live_by_level[Level::Metadata], plan.metadata().len());
     assert!(e.store().remove_node(&plan.groups[0].summary).unwrap());
     let removed = s(T0);
     assert_eq!(removed.stale, 1);

@@ -549,7 +549,9 @@ fn check_store_keeps_times(open: impl Fn() -> Engine) {
         abs.meta.time.map(|s| s.date_label()).as_deref(),
         Some("2023-05-08 \u{2013} 2023-05-09")
     );
-    let meta = e.node(&plan.metadata[&plan.groups[0].summary], T0).unwrap();
+    let meta = e
+        .node(&plan.metadata()[&plan.groups[0].summary], T0)
+        .unwrap();
     assert!(
         meta.text.contains("time: 2023-05-08 \u{2013} 2023-05-09"),
         "{}",

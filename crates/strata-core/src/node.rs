@@ -22,6 +22,10 @@ impl std::hash::Hash for NodeId {
     }
 }
 
+/// A map keyed by node ids with a fast, randomly seeded hasher (foldhash): for the maps a
+/// read builds over a whole tree (tens of thousands of ids) at every process start.
+pub type IdMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
+
 impl NodeId {
     pub fn to_hex(&self) -> String {
         blake3::Hash::from_bytes(self.0).to_hex().to_string()

@@ -14,10 +14,10 @@ use crate::hybrid::{Dense, rrf_weighted};
 use crate::index::{Analysed, Grep, Index, NAME_BOOST};
 use crate::level::Level;
 use crate::model::Embedder;
-use crate::node::{Node, NodeId};
+use crate::node::{IdMap, Node, NodeId, derived_id};
 use crate::plan::Plan;
 use crate::store::Store;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 /// A read handle on one engine's store, index and embedder. Cheap to copy.
@@ -215,11 +215,12 @@ impl<'a> Corpus<'a> {
             within: s.within,
             limit: s.limit,
         })?;
-        let bm25: Vec<(NodeId, f32)> = hits
-            .into_iter()
-            .filter(|h| trees.contains(&h.id))
-            .map(|h| (h.id, h.score))
-            .collect();
+        let mut bm25: Vec<(NodeId, f32)> = Vec::with_capacity(hits.len());
+        for h in hits {
+            if trees.place(&h.id).is_some() || self.tagged_by(trees, &h.id)?.is_some() {
+                bm25.push((h.id, h.score));
+            }
+        }
         match dense {
             None => Ok(Found {
                 hits: bm25,
@@ -227,6 +228,23 @@ impl<'a> Corpus<'a> {
             }),
             Some(dense) => self.fuse(trees, s, bm25, dense),
         }
+    }
+
+    /// The node of `trees` that `meta` is the METADATA node of, if it is one. Unless the
+    /// trees' whole map of METADATA ids is made already, read from `meta`'s record (the
+    /// node it tags is its one child) and checked against the tree: a search meets a few
+    /// METADATA nodes, a tree has thousands, each a hash to derive.
+    pub(crate) fn tagged_by(&self, trees: &Trees, meta: &NodeId) -> Result<Option<NodeId>> {
+        if let Some(map) = trees.meta_of.get() {
+            return Ok(map.get(meta).copied());
+        }
+        Ok(match self.store.get_node(meta)? {
+            Some(n) if n.level == Level::Metadata => match n.children.as_slice() {
+                [owner] => trees.tags(meta, owner),
+                _ => None,
+            },
+            _ => None,
+        })
     }
 
     /// `bm25` fused with the dense ranking of the same candidates, at most `limit` long,
@@ -299,14 +317,18 @@ pub(crate) enum Place {
 #[derive(Clone)]
 pub(crate) struct Trees {
     pub(crate) plans: Vec<Plan>,
-    places: HashMap<NodeId, Place>,
-    /// METADATA id → the node it tags.
-    meta_of: HashMap<NodeId, NodeId>,
+    places: IdMap<Place>,
+    /// METADATA id → the node it tags, made at the first question about a METADATA node.
+    meta_of: std::sync::OnceLock<IdMap<NodeId>>,
 }
 
 impl Trees {
     pub(crate) fn new(plans: Vec<Plan>) -> Trees {
-        let mut places = HashMap::new();
+        let n: usize = plans
+            .iter()
+            .map(|p| 2 * p.chunks.len() + p.groups.len() + 1)
+            .sum();
+        let mut places = IdMap::with_capacity_and_hasher(n, Default::default());
         for (pi, p) in plans.iter().enumerate() {
             places.insert(p.abstract_id, Place::Abstract(pi));
             for (gi, g) in p.groups.iter().enumerate() {
@@ -317,15 +339,20 @@ impl Trees {
                 places.insert(c.full, Place::Full(pi, ci));
             }
         }
-        let meta_of = plans
-            .iter()
-            .flat_map(|p| p.metadata.iter().map(|(t, m)| (*m, *t)))
-            .collect();
         Trees {
             plans,
             places,
-            meta_of,
+            meta_of: std::sync::OnceLock::new(),
         }
+    }
+
+    fn meta_of(&self) -> &IdMap<NodeId> {
+        self.meta_of.get_or_init(|| {
+            self.plans
+                .iter()
+                .flat_map(|p| p.metadata().iter().map(|(t, m)| (*m, *t)))
+                .collect()
+        })
     }
 
     /// Where a node of the trees sits (METADATA nodes have no place).
@@ -333,14 +360,15 @@ impl Trees {
         self.places.get(id).copied()
     }
 
-    /// The node a METADATA node tags.
-    pub(crate) fn tagged_by(&self, meta: &NodeId) -> Option<NodeId> {
-        self.meta_of.get(meta).copied()
-    }
-
-    /// Whether `id` is a node of the trees (METADATA included).
-    pub(crate) fn contains(&self, id: &NodeId) -> bool {
-        self.places.contains_key(id) || self.meta_of.contains_key(id)
+    /// `owner` if `meta` is its METADATA node and it is a node of the trees that has one (a
+    /// DETAILED, a group's SUMMARY, an ABSTRACT).
+    pub(crate) fn tags(&self, meta: &NodeId, owner: &NodeId) -> Option<NodeId> {
+        let tagged = matches!(
+            self.places.get(owner),
+            Some(Place::Detailed(..) | Place::Summary(..) | Place::Abstract(_))
+        );
+        (tagged && derived_id(Level::Metadata, crate::plan::TAGS_VERSION, &[*owner]) == *meta)
+            .then_some(*owner)
     }
 
     /// The nodes with a place (every level but METADATA), in no particular order.
@@ -360,7 +388,7 @@ impl Trees {
             Some(Place::Summary(..)) => Some(Level::Summary),
             Some(Place::Detailed(..)) => Some(Level::Detailed),
             Some(Place::Full(..)) => Some(Level::Full),
-            None => self.meta_of.contains_key(id).then_some(Level::Metadata),
+            None => self.meta_of().contains_key(id).then_some(Level::Metadata),
         }
     }
 
@@ -392,5 +420,59 @@ impl Trees {
                     .flat_map(|l| p.ids_at(l))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Engine;
+    use crate::source::Turn;
+
+    /// A METADATA node is told apart from its record (the node it tags, checked against
+    /// the tree) exactly as the whole map of the tree's METADATA ids tells it.
+    #[test]
+    fn metadata_found_from_its_record_is_what_the_whole_map_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path(), Config::default()).unwrap();
+        for i in 0..12u32 {
+            let turn = Turn {
+                round: 1 + i / 3,
+                speaker: ["ada", "bo", "cy"][i as usize % 3].into(),
+                text: format!(
+                    "Turn {i}: the harbour line should open by June {}.",
+                    2030 + i
+                ),
+                time: None,
+            };
+            e.append_turn("d", format!("t{i}"), turn, 1_000).unwrap();
+        }
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(e.compress("d", 1_000, &crate::NoProgress))
+            .unwrap();
+        let plan = e.plan("d").unwrap();
+        let lazy = Trees::new(vec![plan.clone()]);
+        let whole = Trees::new(vec![plan.clone()]);
+        assert!(whole.level_of(&NodeId([7; 32])).is_none()); // makes the whole map
+        assert!(whole.meta_of.get().is_some() && lazy.meta_of.get().is_none());
+        let corpus = e.corpus();
+        let metadata = plan.metadata();
+        assert_eq!(metadata.len(), plan.chunks.len() + plan.groups.len() + 1);
+        for (owner, meta) in metadata {
+            for t in [&lazy, &whole] {
+                assert_eq!(corpus.tagged_by(t, meta).unwrap(), Some(*owner));
+            }
+        }
+        // Nodes of the tree that are not METADATA, and an id that is no node at all.
+        let others = plan.tree_ids_by_level().map(|(_, id)| id);
+        for id in others.chain([NodeId([7; 32])]) {
+            for t in [&lazy, &whole] {
+                assert_eq!(corpus.tagged_by(t, &id).unwrap(), None);
+            }
+        }
+        assert!(
+            lazy.meta_of.get().is_none(),
+            "the lazy trees never made the map"
+        );
     }
 }

@@ -110,8 +110,11 @@ pub struct Plan {
     pub abstract_inputs: Vec<Reduced>,
     pub abstract_id: NodeId,
     pub abstract_target: usize,
-    /// METADATA node id for each derived node (DETAILED, SUMMARY, ABSTRACT).
-    pub metadata: HashMap<NodeId, NodeId>,
+    /// METADATA node id for each derived node (DETAILED, SUMMARY, ABSTRACT): a function of
+    /// those ids and [`TAGS_VERSION`], so never stored, and hashed only when first asked
+    /// for ([`Plan::metadata`]) — a query that reads no tags does not pay for them.
+    #[serde(skip)]
+    metadata: std::sync::OnceLock<HashMap<NodeId, NodeId>>,
     pub full_tokens: u64,
 }
 
@@ -303,20 +306,9 @@ impl Plan {
                 });
             }
         }
-        let mut metadata = HashMap::new();
-        for c in &chunks {
-            metadata.insert(
-                c.detailed,
-                derived_id(Level::Metadata, TAGS_VERSION, &[c.detailed]),
-            );
-        }
         for g in &mut groups {
             let inputs: Vec<NodeId> = g.chunks.iter().map(|&ci| chunks[ci].detailed).collect();
             g.summary = derived_id(Level::Summary, &compressor, &inputs);
-            metadata.insert(
-                g.summary,
-                derived_id(Level::Metadata, TAGS_VERSION, &[g.summary]),
-            );
         }
         let reducer = format!("{compressor}|ctx={}", sizing.context);
         let (reductions, abstract_inputs, abstract_target) =
@@ -329,10 +321,6 @@ impl Plan {
             })
             .collect();
         let abstract_id = derived_id(Level::Abstract, &reducer, &top);
-        metadata.insert(
-            abstract_id,
-            derived_id(Level::Metadata, TAGS_VERSION, &[abstract_id]),
-        );
         Ok(Plan {
             scope: scope.name.clone(),
             kind: scope.kind,
@@ -344,7 +332,7 @@ impl Plan {
             abstract_inputs,
             abstract_id,
             abstract_target,
-            metadata,
+            metadata: Default::default(),
             full_tokens,
         })
     }
@@ -367,7 +355,21 @@ impl Plan {
 
     /// Number of derived nodes (what a cold build makes).
     pub fn n_derived(&self) -> usize {
-        self.chunks.len() + self.groups.len() + self.reductions.len() + 1 + self.metadata.len()
+        self.chunks.len() + self.groups.len() + self.reductions.len() + 1 + self.metadata().len()
+    }
+
+    /// The METADATA node of each DETAILED, SUMMARY (of a group) and the ABSTRACT, by the
+    /// node it tags; hashed at the first call.
+    pub fn metadata(&self) -> &HashMap<NodeId, NodeId> {
+        self.metadata.get_or_init(|| {
+            self.chunks
+                .iter()
+                .map(|c| c.detailed)
+                .chain(self.groups.iter().map(|g| g.summary))
+                .chain(std::iter::once(self.abstract_id))
+                .map(|t| (t, derived_id(Level::Metadata, TAGS_VERSION, &[t])))
+                .collect()
+        })
     }
 
     /// The ids of the tree's nodes at `level`, each once, in reading order (METADATA
@@ -379,7 +381,7 @@ impl Plan {
             Level::Summary => self.groups.iter().map(|g| g.summary).collect(),
             Level::Abstract => vec![self.abstract_id],
             Level::Metadata => {
-                let mut v: Vec<NodeId> = self.metadata.values().copied().collect();
+                let mut v: Vec<NodeId> = self.metadata().values().copied().collect();
                 v.sort();
                 v
             }
@@ -390,13 +392,19 @@ impl Plan {
 
     /// [`Plan::all_ids`] with each node's level (the reduction's nodes are SUMMARYs).
     pub fn all_ids_by_level(&self) -> impl Iterator<Item = (Level, NodeId)> + '_ {
+        self.tree_ids_by_level()
+            .chain(self.metadata().values().map(|&id| (Level::Metadata, id)))
+    }
+
+    /// [`Plan::all_ids_by_level`] but METADATA, in the tree's order: FULL and DETAILED of
+    /// each chunk, the groups' SUMMARYs, the reduction's, the ABSTRACT.
+    pub fn tree_ids_by_level(&self) -> impl Iterator<Item = (Level, NodeId)> + '_ {
         self.chunks
             .iter()
             .flat_map(|c| [(Level::Full, c.full), (Level::Detailed, c.detailed)])
             .chain(self.groups.iter().map(|g| (Level::Summary, g.summary)))
             .chain(self.reductions.iter().map(|r| (Level::Summary, r.id)))
             .chain(std::iter::once((Level::Abstract, self.abstract_id)))
-            .chain(self.metadata.values().map(|&id| (Level::Metadata, id)))
     }
 
     /// Every node id of the tree, FULL and the intermediate SUMMARYs of the reduction
@@ -474,12 +482,6 @@ impl Plan {
         if chunks.is_empty() {
             return None;
         }
-        let kept: std::collections::HashSet<NodeId> = chunks
-            .iter()
-            .map(|c| c.detailed)
-            .chain(groups.iter().map(|g| g.summary))
-            .chain(std::iter::once(self.abstract_id))
-            .collect();
         Some(Plan {
             scope: self.scope.clone(),
             kind: self.kind,
@@ -492,12 +494,7 @@ impl Plan {
             reductions: Vec::new(),
             abstract_id: self.abstract_id,
             abstract_target: self.abstract_target,
-            metadata: self
-                .metadata
-                .iter()
-                .filter(|(t, _)| kept.contains(t))
-                .map(|(t, m)| (*t, *m))
-                .collect(),
+            metadata: Default::default(),
         })
     }
 }

@@ -122,7 +122,7 @@ pub(super) async fn fidelity(
         .entry(Level::Abstract)
         .or_default()
         .push(engine.node(&plan.abstract_id, now)?);
-    let mut metas: Vec<_> = plan.metadata.iter().collect();
+    let mut metas: Vec<_> = plan.metadata().iter().collect();
     metas.sort();
     let mut meta_nodes = Vec::new();
     for (target, meta) in metas {

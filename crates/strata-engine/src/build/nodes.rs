@@ -31,7 +31,7 @@ impl Run<'_> {
             .map(|&ci| plan.chunks[ci].detailed)
             .chain(std::iter::once(g.summary));
         let xs: Vec<NodeId> = ids
-            .flat_map(|id| std::iter::once(id).chain(plan.metadata.get(&id).copied()))
+            .flat_map(|id| std::iter::once(id).chain(plan.metadata().get(&id).copied()))
             .collect();
         // One look-up for the whole group (one round trip on a shared store).
         if !self.b.store.all_live(&xs, self.horizon())? {
@@ -410,7 +410,7 @@ impl Run<'_> {
         target: &Node,
         parts: &[(&Node, Option<Arc<TagCounts>>)],
     ) -> Result<Option<Arc<TagCounts>>> {
-        let Some(&id) = self.b.plan.metadata.get(&target.id) else {
+        let Some(&id) = self.b.plan.metadata().get(&target.id) else {
             return Ok(None);
         };
         if self.cached(&id)?.is_some() {
@@ -422,7 +422,7 @@ impl Run<'_> {
             // which have no METADATA).
             let mut children = Vec::new();
             for g in &self.b.plan.groups {
-                let mid = self.b.plan.metadata.get(&g.summary).copied();
+                let mid = self.b.plan.metadata().get(&g.summary).copied();
                 if let Some(n) = mid
                     .map(|m| self.b.store.get_live(&m, self.b.now))
                     .transpose()?

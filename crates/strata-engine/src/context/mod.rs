@@ -385,10 +385,10 @@ fn fixed(
         Level::Metadata => {
             let mut v = vec![overview(
                 plan,
-                &corpus.node(&plan.metadata[&plan.abstract_id], now)?,
+                &corpus.node(&plan.metadata()[&plan.abstract_id], now)?,
             )];
             for (gi, g) in plan.groups.iter().enumerate() {
-                let n = corpus.node(&plan.metadata[&g.summary], now)?;
+                let n = corpus.node(&plan.metadata()[&g.summary], now)?;
                 v.push(Item {
                     header: Some(format!("## {} (metadata)", g.label)),
                     body: n.text.clone(),

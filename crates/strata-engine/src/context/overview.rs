@@ -160,9 +160,10 @@ pub(crate) struct SavedView {
 
 /// Views are derived data: one of another shape is not read but replaced
 /// (`Engine::last_view`). Version 2: sources carry their time. Version 3: a view is a
-/// [`SavedView`] (the plan and the overview's ranking).
+/// [`SavedView`] (the plan and the overview's ranking). Version 4: the plan without its
+/// METADATA ids (derived from the tree when asked for; about half of a large view's bytes).
 impl crate::store::Record for SavedView {
-    const VERSION: u8 = 3;
+    const VERSION: u8 = 4;
 }
 
 /// The scopes ranked most recently, newest last, keyed by their chunks' ids.

@@ -443,7 +443,7 @@ impl Engine {
                     node.meta.tags.as_ref().map(|t| t.keywords.clone())
                 } else {
                     let owner = detailed_of.get(&id).copied().unwrap_or(id);
-                    match plan.metadata.get(&owner) {
+                    match plan.metadata().get(&owner) {
                         Some(m) => corpus.node(m, now)?.meta.tags.map(|t| t.keywords),
                         None => None,
                     }

@@ -97,22 +97,22 @@ pub(crate) struct Liveness {
 
 impl crate::store::Record for Liveness {}
 
-/// Which nodes a tree holds, in one hash: the ordered ids of its levels, and the METADATA
-/// ids as a set (they are kept in a map).
+/// Which nodes a tree holds, in one hash: the ordered ids of its levels but METADATA, and
+/// the version of the tags, since each METADATA id is a function of the node it tags and
+/// that version ([`Plan::metadata`]); they are not hashed here, so that a reader checks a
+/// tree's liveness without deriving them. (Until 2026-11-28 the digest held the METADATA
+/// ids themselves: a record left by an older build does not match and counts for nothing
+/// until the next build leaves one.)
 fn digest(plan: &Plan) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    let mut set = [0u8; 32];
-    for (level, id) in plan.all_ids_by_level() {
-        if level == crate::level::Level::Metadata {
-            for (a, b) in set.iter_mut().zip(id.0) {
-                *a ^= b;
-            }
-        } else {
-            h.update(&id.0);
-        }
+    // One contiguous input, which blake3 hashes several chunks at a time.
+    let mut ids: Vec<u8> = Vec::with_capacity(32 * (2 * plan.chunks.len() + plan.groups.len() + 2));
+    for (_, id) in plan.tree_ids_by_level() {
+        ids.extend_from_slice(&id.0);
     }
-    h.update(&set);
-    h.update(&(plan.metadata.len() as u64).to_le_bytes());
+    let mut h = blake3::Hasher::new();
+    h.update(&ids);
+    h.update(b"tags:");
+    h.update(crate::plan::TAGS_VERSION.as_bytes());
     *h.finalize().as_bytes()
 }
 

@@ -44,7 +44,7 @@ pub(super) fn retrieve(
         )?;
         let mut best: HashMap<NodeId, f32> = HashMap::new();
         for (id, s) in hits {
-            let target = ex.trees.tagged_by(&id).unwrap_or(id);
+            let target = ex.corpus.tagged_by(&ex.trees, &id)?.unwrap_or(id);
             if let Some(Place::Abstract(pi)) = ex.place(&target) {
                 let a = ex.trees.plans[pi].abstract_id;
                 let e = best.entry(a).or_insert(0.0);
