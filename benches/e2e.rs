@@ -191,11 +191,14 @@ fn main() {
         let gaps = m.take_gaps(concurrency);
         let (p50, p90) = (mock::quantile_ms(&gaps, 0.5), mock::quantile_ms(&gaps, 0.9));
         let ideal = cold.model_calls as f64 * m.latency.as_secs_f64() / concurrency as f64;
+        let bound = m.critical_path_bound(cold.model_calls, concurrency);
         log(&format!(
-            "mock {} ms: {} calls, build {cold_s:.2} s (ideal {ideal:.2} s), CPU {cold_cpu:.2} s, \
+            "mock {} ms: {} calls, build {cold_s:.2} s (ideal {ideal:.2} s, critical-path bound \
+             {bound:.2} s: {:.3}×), CPU {cold_cpu:.2} s, \
              dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
             m.latency.as_millis(),
-            cold.model_calls
+            cold.model_calls,
+            cold_s / bound
         ));
         assert_eq!(cold.fallbacks, 0, "the mock's output must pass validation");
         out.row(
@@ -203,11 +206,13 @@ fn main() {
             "wall / CPU",
             format!("{cold_s:.2} s / {cold_cpu:.2} s"),
             format!(
-                "{} ± {} ms a call, {} calls at concurrency {concurrency} (ideal {ideal:.2} s); \
+                "{} ± {} ms a call, {} calls at concurrency {concurrency} (ideal {ideal:.2} s, \
+                 critical-path bound {bound:.2} s: {:.3}×); \
                  dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
                 m.latency.as_millis(),
                 m.jitter.as_millis(),
-                cold.model_calls
+                cold.model_calls,
+                cold_s / bound
             ),
         );
         out.set(
@@ -215,7 +220,8 @@ fn main() {
             json!({"latency_ms": m.latency.as_millis() as u64,
                    "jitter_ms": m.jitter.as_millis() as u64, "concurrency": concurrency,
                    "calls": cold.model_calls, "wall_s": cold_s, "cpu_s": cold_cpu,
-                   "ideal_s": ideal, "dispatch_gap_ms": {"p50": p50, "p90": p90},
+                   "ideal_s": ideal, "critical_path_bound_s": bound,
+                   "over_bound": cold_s / bound, "dispatch_gap_ms": {"p50": p50, "p90": p90},
                    "loadavg_end": loadavg()}),
         );
         out.finish(&target.join("bench-e2e-mock.json"));
