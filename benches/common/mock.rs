@@ -148,19 +148,21 @@ pub fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
 
 impl Mock {
     /// A lower bound on the wall time of a build of `calls` calls, `detailed` of them at
-    /// DETAILED, with `concurrency` places and calls of the mean latency: the work bound
+    /// DETAILED, with `concurrency` places and calls of the mean latency L: the work bound
     /// `calls × L / C`; the ABSTRACT, which runs after every other call,
-    /// `(calls − 1) × L / C + L`; and the last DETAILED, which ends no earlier than `detailed × L / C` and has its
-    /// group's SUMMARY and the ABSTRACT after it, `detailed × L / C + 2 L`. No schedule of
-    /// the build's DAG beats it, whatever the engine does.
+    /// `(calls − 1) × L / C + L`; and the last DETAILED, which ends no earlier than
+    /// `detailed × L / C` and has `above` calls after it, one after another (its group's
+    /// SUMMARY, each reduction above that group, the ABSTRACT: at least 2),
+    /// `detailed × L / C + above × L`. No schedule of the build's DAG beats it, whatever the
+    /// engine does.
     #[allow(dead_code)] // `e2e` reports it; `latency` has its own debate-shaped bound
-    pub fn critical_path_bound(&self, calls: u64, concurrency: usize) -> f64 {
+    pub fn critical_path_bound(&self, calls: u64, concurrency: usize, above: usize) -> f64 {
         let l = self.latency.as_secs_f64();
         let c = concurrency as f64;
         let d = self.detailed.load(Ordering::Relaxed) as f64;
         let n = calls as f64;
         (n * l / c)
             .max((n - 1.0).max(0.0) * l / c + l)
-            .max(d * l / c + 2.0 * l)
+            .max(d * l / c + above.max(2) as f64 * l)
     }
 }

@@ -134,7 +134,36 @@ impl Engine {
             forgets: &self.forgets,
             generation,
         };
-        let (mut report, _built) = builder.run().await?;
+        // The overview's ranking reads only the FULL chunks, so it is made on its own
+        // thread while the build waits on its model calls (a debate of 2,000 turns: ~0.3 s
+        // of CPU that would otherwise come after the last call); kept only if the build
+        // has no failure.
+        let (built, ranking) = if rank {
+            let corpus = self.corpus();
+            let plan = &plan;
+            let rank = move || crate::context::overview::for_view(&corpus, plan);
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(|| {
+                        std::thread::scope(|s| {
+                            let ranking = s.spawn(rank);
+                            let built = h.block_on(builder.run());
+                            let ranking = ranking.join().unwrap_or_else(|p| {
+                                Err(crate::Error::Internal(format!(
+                                    "ranking the overview panicked: {}",
+                                    panic_text(&p)
+                                )))
+                            });
+                            (built, Some(ranking))
+                        })
+                    })
+                }
+                _ => (builder.run().await, Some(rank())),
+            }
+        } else {
+            (builder.run().await, None)
+        };
+        let (mut report, _built) = built?;
         report.indexed = self.sync_index()?;
         if let Some(embedder) = &self.embedder {
             // Vectors for the nodes that lack one; a failing server is reported, not fatal.
@@ -158,12 +187,9 @@ impl Engine {
         }
         // Ranked before the forget lock is taken (a forget waits for the view's write, not
         // for this); a forget meanwhile discards it with the view.
-        let overview = if rank && report.failures.is_empty() {
-            // CPU work (a debate of 2,000 turns: ~0.3 s), off the async executor.
-            let corpus = self.corpus();
-            crate::navigate::off_executor(|| crate::context::overview::for_view(&corpus, &plan))?
-        } else {
-            None
+        let overview = match ranking {
+            Some(r) if report.failures.is_empty() => r?,
+            _ => None,
         };
         {
             let forgets = self.forgets.read();
@@ -518,4 +544,12 @@ impl Engine {
             .and_then(|n| n.expires_at)
             .is_some_and(|at| at <= now + ahead))
     }
+}
+
+/// What a panic carried, as text.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_string())
 }
