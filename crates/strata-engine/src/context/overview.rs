@@ -134,7 +134,7 @@ impl Ord for Entry {
 /// The sentences of a scope with their salience: computed once per set of chunks (a scope
 /// changes its FULL chunks with every change) and kept for the next windows of it — in
 /// this process ([`RANKED`]) and, written by `Engine::compress` or an `auto` window's
-/// on-demand build, in the store beside its view ([`for_view`]), so that a process that only reads answers
+/// on-demand build, in the store beside its view ([`for_view_later`]), so that a process that only reads answers
 /// without ranking the scope again. No text: spans, counts by term id, scores, features.
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct Ranked {
@@ -220,12 +220,32 @@ fn remember(r: &std::sync::Arc<Ranked>) {
 }
 
 /// The ranking of `plan` to store with its view, when the scope is small enough to rank
-/// whole ([`MAX_TOKENS`]); kept in this process too.
-pub(crate) fn for_view(corpus: &Corpus<'_>, plan: &Plan) -> Result<Option<Ranked>> {
+/// whole ([`MAX_TOKENS`]; else `None`), in two steps so that it can run while a build
+/// waits on its model: the chunks' texts are read now, and the returned work (which owns
+/// what it needs) ranks them, keeping the ranking in this process too.
+pub(crate) fn for_view_later(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+) -> Result<Option<impl FnOnce() -> Ranked + Send + 'static>> {
     if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
         return Ok(None);
     }
-    Ok(Some(ranked(corpus, plan, None)?.as_ref().clone()))
+    let key = key(plan);
+    let known = RANKED
+        .lock()
+        .expect("ranked cache")
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, r)| r.clone());
+    let work = match known {
+        Some(r) => (None, Some(r)),
+        None => (Some((plan.clone(), full_texts(corpus, plan)?)), None),
+    };
+    Ok(Some(move || match work {
+        (_, Some(r)) => r.as_ref().clone(),
+        (Some((plan, texts)), None) => compute(&plan, key, texts).as_ref().clone(),
+        (None, None) => unreachable!("one of the two is set"),
+    }))
 }
 
 /// `plan`'s ranking: this process's, else `stored` (the one its view holds) when it ranks
@@ -258,12 +278,23 @@ fn ranked(
         remember(&r);
         return Ok(r);
     }
+    let texts = full_texts(corpus, plan)?;
+    Ok(compute(plan, key, texts))
+}
+
+/// The text of every FULL chunk of `plan`, in order.
+fn full_texts(corpus: &Corpus<'_>, plan: &Plan) -> Result<Vec<String>> {
     let ids: Vec<NodeId> = plan.chunks.iter().map(|c| c.full).collect();
-    let nodes = corpus.nodes(&ids)?;
-    let texts: Vec<String> = nodes
+    Ok(corpus
+        .nodes(&ids)?
         .into_iter()
         .map(|n| n.map(|n| n.text).unwrap_or_default())
-        .collect();
+        .collect())
+}
+
+/// `plan`'s ranking from its chunks' `texts` (CPU only; kept in this process).
+fn compute(plan: &Plan, key: [u8; 32], texts: Vec<String>) -> std::sync::Arc<Ranked> {
+    let ids: Vec<NodeId> = plan.chunks.iter().map(|c| c.full).collect();
     let chunks: Vec<std::sync::Arc<Analysed>> = {
         use rayon::prelude::*;
         texts
@@ -334,7 +365,7 @@ fn ranked(
     });
     tracing::debug!(scope = %plan.scope, sentences = r.sents.len(), "overview ranking computed");
     remember(&r);
-    Ok(r)
+    r
 }
 
 /// The overview of `plan`'s scope in at most `limit` tokens, or `None` when the scope is
