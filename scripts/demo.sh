@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
-strata() { ./target/release/strata --db strata-demo "$@"; }
+BIN="${CARGO_TARGET_DIR:-target}/release/strata"
+strata() { "$BIN" --db strata-demo "$@"; }
 rm -rf strata-demo
 
 step() { printf '\n\033[1m$ strata %s\033[0m\n' "$*"; }
