@@ -12,7 +12,8 @@ pub struct NodeId(pub [u8; 32]);
 
 /// An id is a blake3 output, so its first eight bytes are already as spread as a hash of
 /// all 32: a map keyed by ids hashes those (one word), not the whole id behind a length
-/// prefix. The maps' own hasher (SipHash, randomly keyed) still mixes them, so where ids
+/// prefix. The maps' own hasher (randomly keyed: std's SipHash, or foldhash in [`IdMap`])
+/// still mixes them, so where ids
 /// land in a map is not predictable from the ids. Equal ids have equal first bytes, as
 /// `Hash` requires of `Eq`.
 impl std::hash::Hash for NodeId {

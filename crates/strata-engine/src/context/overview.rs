@@ -231,21 +231,31 @@ pub(crate) fn for_view_later(
         return Ok(None);
     }
     let key = key(plan);
-    let known = RANKED
+    let work = match cached(&key) {
+        Some(r) => Rank::Known(r),
+        None => Rank::From(Box::new(plan.clone()), full_texts(corpus, plan)?),
+    };
+    Ok(Some(move || match work {
+        Rank::Known(r) => r.as_ref().clone(),
+        Rank::From(plan, texts) => compute(&plan, key, texts).as_ref().clone(),
+    }))
+}
+
+/// What [`for_view_later`] leaves to do: nothing (this process ranked these chunks), or
+/// rank the texts of a plan's chunks.
+enum Rank {
+    Known(std::sync::Arc<Ranked>),
+    From(Box<Plan>, Vec<String>),
+}
+
+/// This process's ranking of the chunks `key` names, if it has one.
+fn cached(key: &[u8; 32]) -> Option<std::sync::Arc<Ranked>> {
+    RANKED
         .lock()
         .expect("ranked cache")
         .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, r)| r.clone());
-    let work = match known {
-        Some(r) => (None, Some(r)),
-        None => (Some((plan.clone(), full_texts(corpus, plan)?)), None),
-    };
-    Ok(Some(move || match work {
-        (_, Some(r)) => r.as_ref().clone(),
-        (Some((plan, texts)), None) => compute(&plan, key, texts).as_ref().clone(),
-        (None, None) => unreachable!("one of the two is set"),
-    }))
+        .find(|(k, _)| k == key)
+        .map(|(_, r)| r.clone())
 }
 
 /// `plan`'s ranking: this process's, else `stored` (the one its view holds) when it ranks
@@ -256,13 +266,8 @@ fn ranked(
     stored: Option<&dyn Fn() -> Result<Option<Ranked>>>,
 ) -> Result<std::sync::Arc<Ranked>> {
     let key = key(plan);
-    if let Some((_, r)) = RANKED
-        .lock()
-        .expect("ranked cache")
-        .iter()
-        .find(|(k, _)| *k == key)
-    {
-        return Ok(r.clone());
+    if let Some(r) = cached(&key) {
+        return Ok(r);
     }
     if let Some(stored) = stored
         && let Some(r) = stored()?

@@ -138,9 +138,10 @@ impl Engine {
         // on the CPU pool while the build waits on its model calls (a debate of 2,000
         // turns: ~0.3 s of CPU that would otherwise come after the last call); kept only
         // if the build has no failure. Dropping the build drops the wait for it too.
-        let ranking = match rank {
-            true => crate::context::overview::for_view_later(&self.corpus(), &plan)?,
-            false => None,
+        let ranking = if rank {
+            crate::context::overview::for_view_later(&self.corpus(), &plan)?
+        } else {
+            None
         };
         let (built, ranking) = match ranking {
             Some(work) => {
