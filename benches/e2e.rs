@@ -204,13 +204,22 @@ fn main() {
                 .min()
                 .unwrap_or(0);
         let bound = m.critical_path_bound(cold.model_calls, concurrency, above);
+        let (steps, scheduled) = optimal_steps(&plan, concurrency);
+        assert_eq!(
+            scheduled, cold.model_calls,
+            "the plan's calls are the build's"
+        );
+        let optimal = steps as f64 * m.latency.as_secs_f64();
         log(&format!(
             "mock {} ms: {} calls, build {cold_s:.2} s (ideal {ideal:.2} s, critical-path bound \
-             {bound:.2} s with {above} calls above a DETAILED: {:.3}×), CPU {cold_cpu:.2} s, \
-             dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
+             {bound:.2} s with {above} calls above a DETAILED: {:.3}×; optimal schedule at \
+             {} ms a call: {steps} calls one after another, {optimal:.2} s: {:.3}×), \
+             CPU {cold_cpu:.2} s, dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
             m.latency.as_millis(),
             cold.model_calls,
-            cold_s / bound
+            cold_s / bound,
+            m.latency.as_millis(),
+            cold_s / optimal
         ));
         assert_eq!(cold.fallbacks, 0, "the mock's output must pass validation");
         out.row(
@@ -219,12 +228,13 @@ fn main() {
             format!("{cold_s:.2} s / {cold_cpu:.2} s"),
             format!(
                 "{} ± {} ms a call, {} calls at concurrency {concurrency} (ideal {ideal:.2} s, \
-                 critical-path bound {bound:.2} s: {:.3}×); \
-                 dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
+                 critical-path bound {bound:.2} s: {:.3}×, optimal schedule {optimal:.2} s: \
+                 {:.3}×); dispatch gap p50 {p50:.3} ms, p90 {p90:.3} ms",
                 m.latency.as_millis(),
                 m.jitter.as_millis(),
                 cold.model_calls,
-                cold_s / bound
+                cold_s / bound,
+                cold_s / optimal
             ),
         );
         out.set(
@@ -233,6 +243,7 @@ fn main() {
                    "jitter_ms": m.jitter.as_millis() as u64, "concurrency": concurrency,
                    "calls": cold.model_calls, "wall_s": cold_s, "cpu_s": cold_cpu,
                    "ideal_s": ideal, "critical_path_bound_s": bound, "calls_above_detailed": above,
+                   "optimal_schedule_s": optimal, "over_optimal": cold_s / optimal,
                    "over_bound": cold_s / bound, "dispatch_gap_ms": {"p50": p50, "p90": p90},
                    "loadavg_end": loadavg()}),
         );
@@ -659,6 +670,69 @@ fn peak_rss_kb() -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// The shortest schedule of the build's calls when each takes the same time and at most
+/// `concurrency` run at once: how many call lengths it lasts, and how many calls it runs.
+/// The calls form an in-tree (every DETAILED feeds one SUMMARY, every SUMMARY one
+/// reduction or the ABSTRACT), for which starting the ready calls deepest below the
+/// ABSTRACT first is optimal (Hu 1961, unit execution times on identical machines): this
+/// simulates that schedule step by step.
+fn optimal_steps(plan: &strata::plan::Plan, concurrency: usize) -> (u64, u64) {
+    use strata::plan::Reduced;
+    let depths = plan.call_depths();
+    // Calls: the ABSTRACT (0), the reductions, the groups' SUMMARYs, the DETAILEDs.
+    let (nr, ng) = (plan.reductions.len(), plan.groups.len());
+    let red = |ri: usize| 1 + ri;
+    let grp = |gi: usize| 1 + nr + gi;
+    let of = |r: Reduced| match r {
+        Reduced::Group(g) => grp(g),
+        Reduced::Reduction(ri) => red(ri),
+    };
+    let mut parent: Vec<Option<usize>> = vec![None; 1 + nr + ng];
+    let mut depth: Vec<u32> = vec![1; 1 + nr + ng];
+    for &r in &plan.abstract_inputs {
+        parent[of(r)] = Some(0);
+    }
+    for (ri, r) in plan.reductions.iter().enumerate() {
+        depth[red(ri)] = depths.reductions[ri];
+        for &i in &r.inputs {
+            parent[of(i)] = Some(red(ri));
+        }
+    }
+    for (gi, g) in plan.groups.iter().enumerate() {
+        depth[grp(gi)] = depths.groups[gi];
+        for _ in &g.chunks {
+            parent.push(Some(grp(gi)));
+            depth.push(depths.groups[gi] + 1);
+        }
+    }
+    let mut waiting = vec![0usize; parent.len()];
+    for p in parent.iter().flatten() {
+        waiting[*p] += 1;
+    }
+    let mut ready: std::collections::BinaryHeap<(u32, std::cmp::Reverse<usize>)> = (0..parent
+        .len())
+        .filter(|&i| waiting[i] == 0)
+        .map(|i| (depth[i], std::cmp::Reverse(i)))
+        .collect();
+    let (mut steps, mut done) = (0u64, 0u64);
+    while !ready.is_empty() {
+        steps += 1;
+        let now: Vec<usize> = (0..concurrency)
+            .map_while(|_| ready.pop().map(|(_, std::cmp::Reverse(i))| i))
+            .collect();
+        for i in now {
+            done += 1;
+            if let Some(p) = parent[i] {
+                waiting[p] -= 1;
+                if waiting[p] == 0 {
+                    ready.push((depth[p], std::cmp::Reverse(p)));
+                }
+            }
+        }
+    }
+    (steps, done)
 }
 
 /// Build progress on stderr, every 10 %.

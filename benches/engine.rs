@@ -193,6 +193,7 @@ fn bench_offline(c: &mut Criterion) {
         target_tokens: big.tokens.div_ceil(2),
         inputs: Default::default(),
         feedback: None,
+        priority: Level::Detailed.as_u8(),
     };
     // A SUMMARY group: consecutive chunks (one passage each) up to ~3,000 tokens.
     let mut passages = Vec::new();
@@ -213,6 +214,7 @@ fn bench_offline(c: &mut Criterion) {
         target_tokens: group_tokens / 5,
         inputs: Default::default(),
         feedback: None,
+        priority: Level::Summary.as_u8(),
     };
 
     let mut g = c.benchmark_group("offline");

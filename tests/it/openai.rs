@@ -377,6 +377,7 @@ fn offline_detailed(e: &Engine, c: &strata::plan::PlannedChunk) -> String {
         target_tokens: target.max(1),
         inputs: Default::default(),
         feedback: None,
+        priority: Level::Detailed.as_u8(),
     })
 }
 

@@ -118,6 +118,11 @@ fn small_context() -> Config {
     c
 }
 
+/// The index of `r` in its plan's reductions.
+fn r_index(plan: &strata::plan::Plan, r: &strata::plan::PlannedReduction) -> usize {
+    plan.reductions.iter().position(|x| x.id == r.id).unwrap()
+}
+
 /// The layers of the reduction of `e`'s debate.
 fn layers(e: &Engine) -> u32 {
     let plan = e.plan("d").unwrap();
@@ -146,6 +151,41 @@ fn no_prompt_exceeds_the_context_and_an_append_recompresses_one_node_per_layer()
     assert!(plan.reductions.len() < 120 / 4, "{}", plan.reductions.len());
     let abstracts = sent.iter().filter(|s| s.req.level == Level::Abstract);
     assert!(abstracts.clone().count() >= 1);
+    // Each call waits for a place by its depth below the ABSTRACT: the ABSTRACT 1, its
+    // inputs 2, ..., a DETAILED one more than its round's SUMMARY (Hu's rule).
+    let depths = plan.call_depths();
+    assert!(abstracts.clone().all(|s| s.req.priority == 1));
+    for (d, r) in depths.reductions.iter().zip(&plan.reductions) {
+        let parent = plan
+            .reductions
+            .iter()
+            .position(|p| {
+                p.inputs
+                    .iter()
+                    .any(|&i| i == strata::plan::Reduced::Reduction(r_index(&plan, r)))
+            })
+            .map_or(1, |p| depths.reductions[p]);
+        assert_eq!(*d, parent + 1, "{}", r.label);
+    }
+    let mut want = std::collections::BTreeMap::<u8, usize>::new();
+    for (g, d) in plan.groups.iter().zip(&depths.groups) {
+        *want.entry(*d as u8 + 1).or_default() += g.chunks.len();
+    }
+    let mut got = std::collections::BTreeMap::<u8, usize>::new();
+    for s in sent.iter().filter(|s| s.req.level == Level::Detailed) {
+        *got.entry(s.req.priority).or_default() += 1;
+    }
+    assert_eq!(got, want, "DETAILED calls by priority");
+    let summaries: std::collections::BTreeSet<u8> = sent
+        .iter()
+        .filter(|s| s.req.level == Level::Summary)
+        .map(|s| s.req.priority)
+        .collect();
+    let deepest_detailed = *want.keys().max().unwrap();
+    assert!(
+        summaries.iter().all(|p| (2..deepest_detailed).contains(p)),
+        "{summaries:?}"
+    );
     // The SUMMARY view is still one node per round, the ABSTRACT its root.
     assert_eq!(plan.ids_at(Level::Summary).len(), 120);
     assert!(plan.all_ids().any(|id| id == plan.reductions[0].id));
@@ -326,4 +366,42 @@ fn a_build_polls_a_model_call_when_it_is_woken_not_at_every_wake_up() {
     // re-polled at every wake-up of its join: 25.
     let most = max.load(Ordering::SeqCst);
     assert!(most <= 6, "a model call was polled {most} times");
+}
+
+#[test]
+fn a_build_feeds_the_index_while_it_runs_and_commits_every_node() {
+    /// Answers like the offline compressor after 3 ms.
+    struct Slow;
+    impl SubModel for Slow {
+        fn identity(&self) -> String {
+            "slow".into()
+        }
+        fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                Ok(strata::model::offline::compress(&req))
+            })
+        }
+    }
+    let mut cfg = small_context();
+    cfg.build.concurrency = 4;
+    let e = Engine::in_memory(cfg)
+        .unwrap()
+        .with_model(std::sync::Arc::new(Slow));
+    ingest_all(&e, &debate(120));
+    // 360 DETAILED calls and more, 3 ms each, 4 at a time: the build runs for 0.3 s or
+    // more, so it feeds the index at least once before its last call.
+    let r = build(&e, T0);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(r.model_calls > 400, "{r:?}");
+    assert!(
+        r.indexed_while_building > 0 && r.indexed_while_building < r.indexed,
+        "{} of {} fed while building",
+        r.indexed_while_building,
+        r.indexed
+    );
+    assert_eq!(r.indexed, r.nodes_built, "every node built is indexed once");
+    let s = e.stats(T0).unwrap();
+    assert_eq!(s.unindexed, 0);
+    assert_eq!(s.indexed_docs as usize, s.nodes, "{s:?}");
 }

@@ -86,6 +86,14 @@ pub struct PlannedReduction {
     pub target_tokens: usize,
 }
 
+/// [`Plan::call_depths`]: each group's SUMMARY's depth (its DETAILEDs are one deeper) and
+/// each reduction's; the ABSTRACT's is 1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallDepths {
+    pub groups: Vec<u32>,
+    pub reductions: Vec<u32>,
+}
+
 /// An input of a reduction step (a [`PlannedReduction`] or the ABSTRACT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reduced {
@@ -394,6 +402,34 @@ impl Plan {
     pub fn all_ids_by_level(&self) -> impl Iterator<Item = (Level, NodeId)> + '_ {
         self.tree_ids_by_level()
             .chain(self.metadata().values().map(|&id| (Level::Metadata, id)))
+    }
+
+    /// How many model calls, one after another, each step of the build is from the
+    /// ABSTRACT, itself included: the ABSTRACT 1, an input of it 2, and so on. A DETAILED is
+    /// one more than its group's SUMMARY. Every node of the tree has one parent (an
+    /// in-tree), so starting the waiting calls deepest first (Hu's rule) is what an optimal
+    /// schedule of calls of equal length does; the build's priorities and the benchmark's
+    /// ideal both read it.
+    pub fn call_depths(&self) -> CallDepths {
+        let mut groups = vec![2u32; self.groups.len()];
+        let mut reductions = vec![2u32; self.reductions.len()];
+        fn set(r: Reduced, d: u32, groups: &mut [u32], reductions: &mut [u32]) {
+            match r {
+                Reduced::Group(g) => groups[g] = d,
+                Reduced::Reduction(ri) => reductions[ri] = d,
+            }
+        }
+        for &r in &self.abstract_inputs {
+            set(r, 2, &mut groups, &mut reductions);
+        }
+        // Layer by layer: a reduction's parent comes after it.
+        for ri in (0..self.reductions.len()).rev() {
+            let d = reductions[ri] + 1;
+            for &r in &self.reductions[ri].inputs {
+                set(r, d, &mut groups, &mut reductions);
+            }
+        }
+        CallDepths { groups, reductions }
     }
 
     /// [`Plan::all_ids_by_level`] but METADATA, in the tree's order: FULL and DETAILED of

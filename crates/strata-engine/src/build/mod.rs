@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::level::{Level, PerLevel};
 use crate::model::Limiter;
+use crate::model::limit::PRIORITY_NAVIGATION;
 use crate::model::usage::{self, Meter, Usage};
 use crate::model::{CompressRequest, ModelError, SubModel, prompts};
 use crate::node::{FallbackMark, Node, NodeId};
@@ -96,6 +97,9 @@ pub struct BuildReport {
     pub built_by_level: PerLevel<usize>,
     /// Nodes written to the full-text index.
     pub indexed: usize,
+    /// Of those, the ones the index was fed while the build still ran (committed with the
+    /// rest after it).
+    pub indexed_while_building: usize,
     /// Model traffic: calls, tokens and estimated cost per model.
     pub usage: Usage,
     /// The embedding step (hybrid retrieval); absent when no embedder is configured.
@@ -172,6 +176,9 @@ struct Run<'a> {
     /// Marked nodes being made again (their old text, and vectors, are replaced).
     retrying: Mutex<HashSet<NodeId>>,
     retried: AtomicU64,
+    /// Each call's place in the limiter's queue: its depth below the ABSTRACT
+    /// ([`Plan::call_depths`]), deepest first.
+    depths: crate::plan::CallDepths,
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
 }
@@ -199,6 +206,7 @@ impl Builder<'_> {
             marks: Mutex::new(HashMap::new()),
             retrying: Mutex::new(HashSet::new()),
             retried: AtomicU64::new(0),
+            depths: self.plan.call_depths(),
             built: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
         };
@@ -278,6 +286,7 @@ impl Builder<'_> {
             elapsed_ms: t0.elapsed().as_millis() as u64,
             built_by_level: by_level,
             indexed: 0,
+            indexed_while_building: 0,
             usage,
             embeddings: None,
         };
@@ -419,9 +428,8 @@ impl Run<'_> {
                 self.identical_retries.fetch_add(1, Ordering::Relaxed);
             }
             let out = {
-                // Higher levels first: they are on the critical path of the DAG.
                 let _place = match self.hold {
-                    true => Some(self.b.limiter.hold(req.level.as_u8()).await),
+                    true => Some(self.b.limiter.hold(req.priority).await),
                     false => None,
                 };
                 self.calls.fetch_add(1, Ordering::Relaxed);
@@ -487,6 +495,13 @@ impl Run<'_> {
             Err(e) => Err(format!("{last}; fallback failed: {e}")),
         }
     }
+}
+
+/// A build call's place in the limiter's queue: the calls deepest below the ABSTRACT first
+/// (Hu's rule: its depth is the length of the chain of calls it starts), all below
+/// navigation's priority.
+fn priority(depth: u32) -> u8 {
+    depth.clamp(1, u32::from(PRIORITY_NAVIGATION) - 1) as u8
 }
 
 mod nodes;

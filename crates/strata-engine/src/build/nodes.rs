@@ -1,7 +1,7 @@
 //! How each level's nodes are made — a chunk's DETAILED, a group's SUMMARY, the ABSTRACT,
 //! METADATA — which are live already, and what text a node's inputs are.
 
-use super::Run;
+use super::{Run, priority};
 use crate::error::Result;
 use crate::level::Level;
 use crate::model::offline::{self, TagCounts};
@@ -68,7 +68,12 @@ impl Run<'_> {
                 return None;
             }
         }
-        let dets: Vec<Option<Node>> = join_all(g.chunks.iter().map(|&ci| self.detailed(ci))).await;
+        let dets: Vec<Option<Node>> = join_all(
+            g.chunks
+                .iter()
+                .map(|&ci| self.detailed(ci, self.depths.groups[gi] + 1)),
+        )
+        .await;
         // Each DETAILED's tag counts, kept for the SUMMARY's tags (their sum).
         let metas = join_all(dets.iter().flatten().map(|d| async {
             match self.metadata(d, &[]).await {
@@ -109,7 +114,7 @@ impl Run<'_> {
         Some(s.id)
     }
 
-    async fn detailed(&self, ci: usize) -> Option<Node> {
+    async fn detailed(&self, ci: usize, depth: u32) -> Option<Node> {
         let c = &self.b.plan.chunks[ci];
         let what = format!(
             "{} [{}..{}) detailed",
@@ -138,6 +143,7 @@ impl Run<'_> {
                 target_tokens: target.max(1),
                 inputs: Default::default(),
                 feedback: None,
+                priority: priority(depth),
             };
             match self.compress(req).await {
                 Ok((text, mark)) => Ok(Some(
@@ -193,6 +199,7 @@ impl Run<'_> {
             target_tokens: target.max(1),
             inputs: Default::default(),
             feedback: None,
+            priority: priority(self.depths.groups[gi]),
         };
         match self.compress(req).await {
             Ok((text, mark)) => {
@@ -278,12 +285,18 @@ impl Run<'_> {
                 crate::Error::DataCorruption(format!("SUMMARY {i} vanished during the build"))
             })?);
         }
+        // One call above its inputs.
+        let depth = of.first().map_or(1, |&r| match r {
+            Reduced::Group(g) => self.depths.groups[g],
+            Reduced::Reduction(ri) => self.depths.reductions[ri],
+        }) - 1;
         let req = CompressRequest {
             level,
             passages: self.reduce_passages(of, &inputs),
             target_tokens: target.max(1),
             inputs: Inputs::Summaries,
             feedback: None,
+            priority: priority(depth),
         };
         match self.compress(req).await {
             Ok((text, mark)) => {

@@ -167,6 +167,7 @@ mod tests {
             target_tokens: target,
             inputs: Default::default(),
             feedback: None,
+            priority: level.as_u8(),
         }
     }
 

@@ -143,15 +143,25 @@ impl Engine {
         } else {
             None
         };
-        let (built, ranking) = match ranking {
-            Some(work) => {
-                let (built, r) = tokio::join!(builder.run(), crate::model::spawn_cpu(work));
-                (built, Some(r.map_err(crate::Error::Internal)))
-            }
-            None => (builder.run().await, None),
+        // The index is fed the nodes as they are written ([`Engine::feed_index`]); the
+        // commit after the last call has only the rest to do.
+        let fed = Arc::new(super::Fed::default());
+        let stop = tokio::sync::Notify::new();
+        let build = async {
+            let r = match ranking {
+                Some(work) => {
+                    let (built, r) = tokio::join!(builder.run(), crate::model::spawn_cpu(work));
+                    (built, Some(r.map_err(crate::Error::Internal)))
+                }
+                None => (builder.run().await, None),
+            };
+            stop.notify_one();
+            r
         };
+        let ((built, ranking), ()) = tokio::join!(build, self.feed_index(&fed, &stop));
         let (mut report, _built) = built?;
-        report.indexed = self.sync_index()?;
+        report.indexed = self.sync_index_fed(&fed)?;
+        report.indexed_while_building = fed.len();
         if let Some(embedder) = &self.embedder {
             // Vectors for the nodes that lack one; a failing server is reported, not fatal.
             let meter = Arc::new(Meter::default());

@@ -33,7 +33,7 @@ use std::sync::{Arc, OnceLock};
 
 pub struct Engine {
     store: Store,
-    index: Index,
+    index: Arc<Index>,
     cfg: Config,
     model: Arc<dyn SubModel>,
     fallback: Arc<dyn SubModel>,
@@ -51,7 +51,7 @@ pub struct Engine {
     /// Orders builds' node writes with [`Engine::forget`] (see `build::Forgets`).
     forgets: crate::build::Forgets,
     /// Serialises [`Engine::sync_index`]: one pass applies and commits at a time.
-    index_sync: std::sync::Mutex<()>,
+    index_sync: Arc<std::sync::Mutex<()>>,
     /// The pending marks (node, generation) already applied to an index that keeps its
     /// writes in memory ([`Index::open_overlay`]): each is applied once per process.
     applied_in_memory: std::sync::Mutex<std::collections::HashSet<(NodeId, u64)>>,
@@ -270,7 +270,7 @@ impl Engine {
         let models = Models::from_config(&cfg, &|k| std::env::var(k).ok())?;
         Ok(Engine {
             store,
-            index,
+            index: Arc::new(index),
             cfg,
             model: models.sub,
             fallback: Arc::new(Offline),
@@ -280,7 +280,7 @@ impl Engine {
             limiter: models.limiter,
             write: std::sync::Mutex::new(()),
             forgets: Default::default(),
-            index_sync: std::sync::Mutex::new(()),
+            index_sync: Arc::default(),
             applied_in_memory: std::sync::Mutex::default(),
             dir: None,
             read_only: AtomicBool::new(false),
@@ -361,13 +361,20 @@ impl Engine {
     /// then keeps its writes in memory ([`Index::open_overlay`]), and the marks it has not
     /// applied yet are applied there and left in place.
     pub fn sync_index(&self) -> Result<usize> {
+        self.sync_index_fed(&Fed::default())
+    }
+
+    /// [`Engine::sync_index`] after a build that fed the index while it ran
+    /// ([`Engine::feed_index`]): the marks in `fed` (same node, same generation) are in the
+    /// writer already, and are only committed and cleared.
+    pub(crate) fn sync_index_fed(&self, fed: &Fed) -> Result<usize> {
         if self.index.is_overlay() {
             return self.apply_pending();
         }
         if self.is_read_only() {
             return Ok(0);
         }
-        self.apply_and_clear_pending()
+        self.apply_and_clear_pending(fed)
     }
 
     /// Applies the pending marks not applied yet to an index that keeps its writes in
@@ -387,13 +394,22 @@ impl Engine {
         Ok(new.len())
     }
 
-    fn apply_and_clear_pending(&self) -> Result<usize> {
+    fn apply_and_clear_pending(&self, fed: &Fed) -> Result<usize> {
         let _g = self.index_sync.lock().expect("index sync lock poisoned");
         let pending = self.store.pending_index()?;
         if pending.is_empty() {
             return Ok(0);
         }
-        self.apply(&pending)?;
+        let rest: Vec<PendingMark> = {
+            let fed = fed.0.lock().expect("fed marks lock poisoned");
+            pending
+                .iter()
+                .filter(|m| !fed.contains(&(m.id, m.generation)))
+                .copied()
+                .collect()
+        };
+        write_marked(&self.store, &self.index, &rest)?;
+        self.index.commit()?;
         self.store.clear_pending_index(&pending)?;
         Ok(pending.len())
     }
@@ -402,20 +418,74 @@ impl Engine {
         if pending.is_empty() {
             return Ok(());
         }
-        for batch in pending.chunks(4096) {
-            let mut nodes = Vec::with_capacity(batch.len());
-            let mut gone = Vec::new();
-            let ids: Vec<NodeId> = batch.iter().map(|m| m.id).collect();
-            for (id, node) in ids.iter().zip(self.store.get_nodes(&ids)?) {
-                match node {
-                    Some(n) => nodes.push(n),
-                    None => gone.push(*id),
+        write_marked(&self.store, &self.index, pending)?;
+        self.index.commit()
+    }
+
+    /// Feeds the index the nodes a build writes while it runs, without committing: a
+    /// pass at most every [`FEED_EVERY`] once [`FEED_AFTER`] writes have piled up, on the
+    /// CPU pool, until `stop` is notified. The tantivy writer indexes them on its own thread
+    /// meanwhile, so the commit after the build's last call is short (issue 23: 0.2 s of a
+    /// 40-document build came after its last call). Crash semantics do not change: the
+    /// marks stay until [`Engine::sync_index_fed`] commits after the build.
+    /// Not for an index that keeps its writes in memory, a read-only engine, or a store
+    /// other processes write to (no generation here counts its writes).
+    pub(crate) async fn feed_index(&self, fed: &Arc<Fed>, stop: &tokio::sync::Notify) {
+        if self.index.is_overlay() || self.is_read_only() {
+            return;
+        }
+        let Some(mut seen) = self.store.generation() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = stop.notified() => return,
+                _ = tokio::time::sleep(FEED_EVERY) => {}
+            }
+            // Each pass reads every pending mark: passes grow with what was fed, so a
+            // build of n nodes reads O(n log n) marks, and leaves at most a sixteenth of
+            // its nodes to the commit.
+            let now = self.store.generation().unwrap_or(seen);
+            let fed_so_far = fed.0.lock().expect("fed marks lock poisoned").len() as u64;
+            if now.saturating_sub(seen) < FEED_AFTER.max(fed_so_far / 16) {
+                continue;
+            }
+            seen = now;
+            let (store, index, sync, fed) = (
+                self.store.clone(),
+                self.index.clone(),
+                self.index_sync.clone(),
+                fed.clone(),
+            );
+            let fed_now = crate::model::spawn_cpu(move || {
+                let _g = sync.lock().expect("index sync lock poisoned");
+                let new: Vec<PendingMark> = {
+                    let fed = fed.0.lock().expect("fed marks lock poisoned");
+                    store
+                        .pending_index()?
+                        .into_iter()
+                        .filter(|m| !fed.contains(&(m.id, m.generation)))
+                        .collect()
+                };
+                write_marked(&store, &index, &new)?;
+                let mut fed = fed.0.lock().expect("fed marks lock poisoned");
+                fed.extend(new.iter().map(|m| (m.id, m.generation)));
+                Ok::<_, Error>(())
+            })
+            .await;
+            match fed_now {
+                Ok(Ok(())) => {}
+                // The commit after the build applies whatever was not fed.
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "feeding the index during the build");
+                    return;
+                }
+                Err(panic) => {
+                    tracing::warn!(error = %panic, "feeding the index during the build");
+                    return;
                 }
             }
-            self.index.delete(&gone)?;
-            self.index.upsert(&nodes)?;
         }
-        self.index.commit()
     }
 
     /// Refuses a write of about `input` bytes before it begins when the store's file
@@ -676,4 +746,38 @@ impl Engine {
     pub(crate) fn corpus(&self) -> Corpus<'_> {
         Corpus::new(&self.store, &self.index, self.embedder.as_ref(), &self.cfg)
     }
+}
+
+/// How often a running build may feed the index, and after how many store writes at least.
+const FEED_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+const FEED_AFTER: u64 = 64;
+
+/// The pending marks (node, generation) a build fed the index while it ran
+/// ([`Engine::feed_index`]): written to the tantivy writer, not committed yet.
+#[derive(Default)]
+pub(crate) struct Fed(std::sync::Mutex<std::collections::HashSet<(NodeId, u64)>>);
+
+impl Fed {
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().expect("fed marks lock poisoned").len()
+    }
+}
+
+/// Writes the marked changes to the index's writer (a removed node is deleted, a stored one
+/// replaced), without committing.
+fn write_marked(store: &Store, index: &Index, marks: &[PendingMark]) -> Result<()> {
+    for batch in marks.chunks(4096) {
+        let mut nodes = Vec::with_capacity(batch.len());
+        let mut gone = Vec::new();
+        let ids: Vec<NodeId> = batch.iter().map(|m| m.id).collect();
+        for (id, node) in ids.iter().zip(store.get_nodes(&ids)?) {
+            match node {
+                Some(n) => nodes.push(n),
+                None => gone.push(*id),
+            }
+        }
+        index.delete(&gone)?;
+        index.upsert(&nodes)?;
+    }
+    Ok(())
 }

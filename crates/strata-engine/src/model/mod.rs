@@ -50,6 +50,10 @@ pub struct CompressRequest {
     /// budget by N tokens, facts not in the input...). A retry at temperature 0 without it
     /// would get the same output back.
     pub feedback: Option<String>,
+    /// Its place in the limiter's queue (higher first, below navigation's): the build sets
+    /// the call's depth below the ABSTRACT ([`crate::plan::Plan::call_depths`]); `new`
+    /// the level's number.
+    pub priority: u8,
 }
 
 impl CompressRequest {
@@ -61,6 +65,7 @@ impl CompressRequest {
             target_tokens,
             inputs: Inputs::Text,
             feedback: None,
+            priority: level.as_u8(),
         }
     }
 }

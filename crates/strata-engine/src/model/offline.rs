@@ -327,6 +327,7 @@ mod tests {
             target_tokens: target,
             inputs: Default::default(),
             feedback: None,
+            priority: Level::Detailed.as_u8(),
         }
     }
 

@@ -284,10 +284,9 @@ impl SubModel for OpenAi {
 
     fn compress(&self, req: CompressRequest) -> BoxFuture<'_, Result<String, ModelError>> {
         Box::pin(async move {
-            // Higher levels first: they are on the build's critical path.
-            let r = self
-                .complete(req.level.as_u8(), prompts::compress(&req))
-                .await?;
+            // The build's calls deepest below the ABSTRACT first: they start the longest
+            // chains of calls.
+            let r = self.complete(req.priority, prompts::compress(&req)).await?;
             if r.truncated {
                 return Err(ModelError::Truncated);
             }

@@ -402,6 +402,7 @@ mod tests {
             target_tokens: 40,
             inputs: Default::default(),
             feedback: None,
+            priority: Level::Summary.as_u8(),
         };
         let p = compress(&req);
         assert!(p.user.contains("at most 28 words"), "{}", p.user);
@@ -420,6 +421,7 @@ mod tests {
             target_tokens: 3,
             inputs: Default::default(),
             feedback: None,
+            priority: Level::Detailed.as_u8(),
         });
         assert!(doc.user.contains("at most 5 words") && !doc.user.contains("speaker's name"));
     }
