@@ -140,7 +140,7 @@ pub(crate) struct Builder<'a> {
     /// Replaces the model's output when it fails (the offline compressor in production).
     pub fallback: &'a dyn SubModel,
     /// The engine's flow control: calls of a model that does not pass it itself (the
-    /// offline compressor) hold one of its places, highest level first.
+    /// offline compressor) hold one of its places, deepest below the ABSTRACT first.
     pub limiter: &'a Limiter,
     pub cfg: &'a Config,
     pub now: u64,

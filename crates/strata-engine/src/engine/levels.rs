@@ -18,7 +18,9 @@ use std::sync::Arc;
 /// A complete view of a scope (see [`Engine::view`]).
 #[derive(Clone, Debug)]
 pub struct View {
-    pub plan: Plan,
+    /// Shared with the engine's cache of the current tree: a clone costs nothing, and the
+    /// METADATA ids a reader derives ([`Plan::metadata`]) stay derived for the next one.
+    pub plan: Arc<Plan>,
     /// Levels of the view that lag behind the current sources (empty = fresh).
     pub stale: Vec<Level>,
     /// Sources ingested since the view was built.
@@ -220,7 +222,7 @@ impl Engine {
         let planned = self.planned(scope)?;
         if self.planned_complete(&planned, now)? {
             return Ok(Some(View {
-                plan: planned.plan.clone(),
+                plan: Arc::clone(&planned.plan),
                 stale: Vec::new(),
                 pending_sources: 0,
             }));
@@ -243,7 +245,7 @@ impl Engine {
             .filter(|s| !known.contains(s.id.as_str()))
             .count();
         Ok(Some(View {
-            plan: snap,
+            plan: Arc::new(snap),
             stale,
             pending_sources,
         }))
@@ -292,7 +294,7 @@ impl Engine {
     ) -> Result<(Plan, Option<BuildReport>)> {
         let planned = self.planned(scope)?;
         if self.planned_complete(&planned, now)? {
-            return Ok((planned.plan.clone(), None));
+            return Ok((Plan::clone(&planned.plan), None));
         }
         let (report, built) = self.build_plan(scope, now, None, progress, rank).await?;
         Ok((built, Some(report)))
@@ -405,7 +407,7 @@ impl Engine {
             .await?;
         Ok((
             View {
-                plan,
+                plan: Arc::new(plan),
                 stale: Vec::new(),
                 pending_sources: 0,
             },
@@ -432,7 +434,14 @@ impl Engine {
             None => usize::MAX,
         };
         let (view, report) = self.serving_view(scope, now).await?;
-        let plan = view.plan.within(&ask.range)?;
+        let part;
+        let plan: &Plan = match ask.range.is_all() {
+            true => &view.plan,
+            false => {
+                part = view.plan.within(&ask.range)?;
+                &part
+            }
+        };
         crate::navigate::off_executor(|| {
             let corpus = self.corpus();
             let focused = match &ask.focus {
@@ -455,7 +464,10 @@ impl Engine {
             };
             // Each node's keywords come from the METADATA of its chunk, group or scope.
             let detailed_of: std::collections::HashMap<NodeId, NodeId> =
-                plan.chunks.iter().map(|c| (c.full, c.detailed)).collect();
+                match window.nodes.iter().any(|n| n.level == Level::Full) {
+                    true => plan.chunks.iter().map(|c| (c.full, c.detailed)).collect(),
+                    false => Default::default(),
+                };
             let mut parts = Vec::with_capacity(window.nodes.len());
             for n in &window.nodes {
                 let id = NodeId::from_hex(&n.id).ok_or_else(|| {

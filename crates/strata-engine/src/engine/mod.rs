@@ -75,7 +75,7 @@ pub struct Engine {
 /// nodes expires (`None`: one is missing).
 pub(crate) struct Planned {
     generation: Option<u64>,
-    pub(crate) plan: Plan,
+    pub(crate) plan: Arc<Plan>,
     min_deadline: OnceLock<Option<u64>>,
     /// Context windows of the whole tree served at this generation (see
     /// [`Engine::current_window`]), by level choice and budget.
@@ -576,7 +576,7 @@ impl Engine {
 
     /// The current level tree of `scope`, as ids.
     pub fn plan(&self, scope: &str) -> Result<Plan> {
-        Ok(self.planned(scope)?.plan.clone())
+        Ok(Plan::clone(&self.planned(scope)?.plan))
     }
 
     /// The current level tree of `scope`, planned once per change of the store: reused
@@ -593,7 +593,7 @@ impl Engine {
         }
         let p = Arc::new(Planned {
             generation,
-            plan: self.plan_of(&self.scope(scope)?)?,
+            plan: Arc::new(self.plan_of(&self.scope(scope)?)?),
             min_deadline: OnceLock::new(),
             windows: Default::default(),
         });

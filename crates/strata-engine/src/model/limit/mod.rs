@@ -2,9 +2,10 @@
 //! talks to a model server (the compression *sub* model, the navigating *root* model and
 //! its `partition_map` fan-out), so one global limit holds whatever is calling.
 //!
-//! A call goes through, in order: a priority gate (the concurrency limit; navigation and
-//! higher levels first, so a query is not stuck behind a 10,000-chunk build and a SUMMARY
-//! is not stuck behind every DETAILED), the shared pause (set by a 429: every caller backs
+//! A call goes through, in order: a priority gate (the concurrency limit; navigation
+//! first, so a query is not stuck behind a 10,000-chunk build, then a build's calls by
+//! their depth below the ABSTRACT, so the longest chains of calls start first), the shared
+//! pause (set by a 429: every caller backs
 //! off together instead of hammering the server), the requests- and tokens-per-minute
 //! buckets, then the attempt under a timeout. Failed attempts that may succeed later
 //! (429, 5xx, timeouts, transport errors) are retried with exponential backoff and jitter,
