@@ -445,7 +445,7 @@ impl Engine {
         crate::navigate::off_executor(|| {
             let corpus = self.corpus();
             let focused = match &ask.focus {
-                Some(q) => crate::context::focused(&corpus, &plan, q, budget, now)?,
+                Some(q) => crate::context::focused(&corpus, plan, q, budget, now)?,
                 None => None,
             };
             let window = match focused {
@@ -453,12 +453,12 @@ impl Engine {
                 None => {
                     // The current tree, whole: its window is remembered until the next write.
                     let current = match ask.range.is_all() {
-                        true => self.window_if_current(scope, &plan, ask.choice, budget, now)?,
+                        true => self.window_if_current(scope, plan, ask.choice, budget, now)?,
                         false => None,
                     };
                     match current {
                         Some(w) => w,
-                        None => crate::context::window(&corpus, &plan, ask.choice, budget, now)?,
+                        None => crate::context::window(&corpus, plan, ask.choice, budget, now)?,
                     }
                 }
             };
