@@ -2,9 +2,11 @@
 //!
 //! Token counts: a build counts the same sentences at every level (an extractive summary
 //! is made of its inputs' sentences) and each output twice (to fit it, then for its node),
-//! and BPE was a fifth of the offline build. (Term counts, facts and sentence splits were
-//! tried too: cloning what they return cost more than it saved, and 100 MB more.) A
-//! [`Memo`] is bounded: a shard that fills starts again.
+//! and BPE was a fifth of the offline build. A passage's sentences with their term counts
+//! and facts (`text::read_sentences`), shared behind an `Arc`: the compressor reads a FULL
+//! chunk for its DETAILED and the tagger reads it again for its METADATA right after.
+//! (Remembering them per sentence, cloned out, cost more than it saved, and 100 MB more.)
+//! A [`Memo`] is bounded: a shard that fills starts again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

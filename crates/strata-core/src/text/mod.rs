@@ -24,6 +24,38 @@ pub struct SentenceSpan {
     pub end: usize,
 }
 
+/// A sentence of a passage as the offline compressor and the tag counter both read it:
+/// its span (trailing white space included, as [`sentences`] gives it), the content-word
+/// counts and the facts of its trimmed text.
+#[derive(Debug)]
+pub struct ReadSentence {
+    pub span: SentenceSpan,
+    pub counts: std::collections::BTreeMap<String, u32>,
+    pub facts: Facts,
+}
+
+/// The non-blank sentences of `text` with their counts and facts, remembered by the text
+/// (bounded): a build reads each FULL chunk twice, for its DETAILED (the compressor) and
+/// for its METADATA (the tags), one right after the other.
+pub fn read_sentences(text: &str) -> std::sync::Arc<Vec<ReadSentence>> {
+    static MEMO: std::sync::LazyLock<crate::memo::Memo<std::sync::Arc<Vec<ReadSentence>>>> =
+        std::sync::LazyLock::new(|| crate::memo::Memo::new(2048));
+    MEMO.get(text, |text| {
+        let mut out = Vec::new();
+        each_sentence(text, |span| {
+            let trimmed = text[span.start..span.end].trim();
+            if !trimmed.is_empty() {
+                out.push(ReadSentence {
+                    span,
+                    counts: term_counts(trimmed),
+                    facts: facts(trimmed),
+                });
+            }
+        });
+        std::sync::Arc::new(out)
+    })
+}
+
 /// Splits `text` into sentences (Unicode sentence boundaries) that tile it exactly.
 /// Fragments too short to stand alone (e.g. after "Mr.") are merged into the previous one.
 pub fn sentences(text: &str) -> Vec<SentenceSpan> {

@@ -8,7 +8,7 @@ use super::{BoxFuture, CompressRequest, ModelError, SubModel, spawn_cpu};
 use crate::node::Tags;
 use crate::text::{self, salience};
 use crate::token;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// Bump when the algorithm changes: it is part of every node id the compressor makes. It
 /// names the salience weights' version too (`text::salience::VERSION`).
@@ -56,27 +56,27 @@ struct Sent {
 pub fn compress(req: &CompressRequest) -> String {
     let budget = req.target_tokens.max(1);
     let mut sents: Vec<Sent> = Vec::new();
-    let mut counts: Vec<BTreeMap<String, u32>> = Vec::new();
     let mut ids = salience::TermIds::default();
-    for (pi, p) in req.passages.iter().enumerate() {
-        for s in text::sentences(&p.text) {
-            let raw = &p.text[s.start..s.end];
-            let trimmed = raw.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
-            // The words of a sentence are those of its trimmed text (white space is no
-            // word): counted once, for salience and redundancy alike.
-            let c = text::term_counts(trimmed);
+    // Each passage's sentences, counts and facts (of the trimmed text: white space is no
+    // word), read once for salience and redundancy alike, and shared with the tags.
+    let read: Vec<_> = req
+        .passages
+        .iter()
+        .map(|p| text::read_sentences(&p.text))
+        .collect();
+    let mut analysed: Vec<&text::ReadSentence> = Vec::new();
+    for (pi, (p, rs)) in req.passages.iter().zip(&read).enumerate() {
+        for r in rs.iter() {
+            let s = r.span;
             sents.push(Sent {
                 passage: pi,
                 start: s.start,
                 end: s.end,
-                tokens: token::count(trimmed),
-                bag: ids.bag(&c),
+                tokens: token::count(p.text[s.start..s.end].trim()),
+                bag: ids.bag(&r.counts),
                 score: 0.0,
             });
-            counts.push(c);
+            analysed.push(r);
         }
     }
     if sents.is_empty() {
@@ -89,11 +89,10 @@ pub fn compress(req: &CompressRequest) -> String {
             passage: s.passage,
         })
         .collect();
-    let found: Vec<text::Facts> = units.iter().map(|u| text::facts(u.text)).collect();
     let features = salience::features_of(
         &units,
-        &counts.iter().collect::<Vec<_>>(),
-        &found.iter().collect::<Vec<_>>(),
+        &analysed.iter().map(|r| &r.counts).collect::<Vec<_>>(),
+        &analysed.iter().map(|r| &r.facts).collect::<Vec<_>>(),
     );
     for (s, f) in sents.iter_mut().zip(features) {
         s.score = f.score();
@@ -216,26 +215,37 @@ impl TagCounts {
     pub fn of(texts: &[&str]) -> TagCounts {
         let mut c = TagCounts::default();
         for t in texts {
-            for s in text::sentences(t) {
-                let raw = &t[s.start..s.end];
-                let f = text::facts(raw);
+            // The same reading as the compressor's (facts and words of a sentence do not
+            // change with the white space around it).
+            for r in text::read_sentences(t).iter() {
+                let f = &r.facts;
                 for (map, items) in [
-                    (&mut c.ents, f.entities),
-                    (&mut c.nums, f.numbers),
-                    (&mut c.dates, f.dates),
+                    (&mut c.ents, &f.entities),
+                    (&mut c.nums, &f.numbers),
+                    (&mut c.dates, &f.dates),
                 ] {
                     for it in items {
                         c.seen += 1;
-                        map.entry(it).or_insert((0, c.seen)).0 += 1;
+                        match map.get_mut(it) {
+                            Some(e) => e.0 += 1,
+                            None => {
+                                map.insert(it.clone(), (1, c.seen));
+                            }
+                        }
                     }
                 }
-                for (w, n) in text::term_counts(raw) {
+                for (w, &n) in &r.counts {
                     if w.chars()
                         .all(|c| c.is_ascii_digit() || c == ',' || c == '.')
                     {
                         continue;
                     }
-                    *c.words.entry(w).or_insert(0) += n;
+                    match c.words.get_mut(w) {
+                        Some(e) => *e += n,
+                        None => {
+                            c.words.insert(w.clone(), n);
+                        }
+                    }
                 }
             }
         }
@@ -316,6 +326,68 @@ mod tests {
     use super::*;
     use crate::level::Level;
     use crate::model::Passage;
+
+    /// What `TagCounts::of` counted when it read each sentence itself (untrimmed), before
+    /// it shared the compressor's reading.
+    fn counts_read_apart(texts: &[&str]) -> TagCounts {
+        let mut c = TagCounts::default();
+        for t in texts {
+            for s in text::sentences(t) {
+                let raw = &t[s.start..s.end];
+                let f = text::facts(raw);
+                for (map, items) in [
+                    (&mut c.ents, f.entities),
+                    (&mut c.nums, f.numbers),
+                    (&mut c.dates, f.dates),
+                ] {
+                    for it in items {
+                        c.seen += 1;
+                        map.entry(it).or_insert((0, c.seen)).0 += 1;
+                    }
+                }
+                for (w, n) in text::term_counts(raw) {
+                    if !w
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == ',' || c == '.')
+                    {
+                        *c.words.entry(w).or_insert(0) += n;
+                    }
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn tag_counts_from_the_shared_reading_are_those_of_a_reading_apart() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/docs");
+        let mut texts: Vec<String> = std::fs::read_dir(&root)
+            .expect("the sample documents")
+            .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("text"))
+            .collect();
+        texts.sort();
+        texts.push(
+            "  Mr. J.K. Rowling met the Port Aldous Transit Authority on March 3, 1998.\n\n  "
+                .into(),
+        );
+        texts.push(" \n \t ".into());
+        texts.push(String::new());
+        for t in &texts {
+            // Twice: the second reading comes from the memo.
+            for _ in 0..2 {
+                let (a, b) = (TagCounts::of(&[t]), counts_read_apart(&[t]));
+                assert_eq!(a.words, b.words);
+                assert_eq!((&a.ents, &a.nums, &a.dates), (&b.ents, &b.nums, &b.dates));
+                assert_eq!(a.seen, b.seen);
+                assert_eq!(a.tags(12), b.tags(12));
+            }
+        }
+        let all: Vec<&str> = texts.iter().map(String::as_str).collect();
+        assert_eq!(
+            TagCounts::of(&all).tags(16),
+            counts_read_apart(&all).tags(16)
+        );
+    }
 
     fn req(text: &str, target: usize) -> CompressRequest {
         CompressRequest {
