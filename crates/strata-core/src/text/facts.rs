@@ -61,8 +61,15 @@ pub fn facts(sentence: &str) -> Facts {
             i += 1;
             continue;
         }
+        let capital = w.chars().next().is_some_and(char::is_uppercase);
+        if !capital {
+            // Neither a month nor a name: nothing to lower-case.
+            first_word = false;
+            i += 1;
+            continue;
+        }
         let lw = w.to_lowercase();
-        if MONTHS.contains(&lw.as_str()) && w.chars().next().is_some_and(char::is_uppercase) {
+        if MONTHS.contains(&lw.as_str()) {
             // "March 2031", "March 3", "3 March": take the month and an adjacent number.
             let mut date = w.to_string();
             if let Some((_, next)) = words.get(i + 2)
@@ -76,8 +83,7 @@ pub fn facts(sentence: &str) -> Facts {
             i += 1;
             continue;
         }
-        let capital = w.chars().next().is_some_and(char::is_uppercase);
-        if capital && !first_word && !is_stopword(&lw) {
+        if !first_word && !is_stopword(&lw) {
             // Greedy run of capitalised words ("Port Aldous Transit Authority").
             let mut j = i;
             let mut end = i;

@@ -26,7 +26,11 @@
 
 use super::{facts, term_counts};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+/// Maps over the words of a text (many per sentence the build reads): foldhash, randomly
+/// seeded like std's, faster than SipHash on short keys.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// One sentence to rank, and the passage (turn, section, input) it comes from.
 #[derive(Clone, Copy, Debug)]
@@ -172,8 +176,8 @@ pub fn phrases(units: &[Unit<'_>]) -> Vec<f64> {
         .iter()
         .map(|u| super::content_words(u.text).collect())
         .collect();
-    let mut wc: HashMap<&str, f64> = HashMap::new();
-    let mut pc: HashMap<(&str, &str), f64> = HashMap::new();
+    let mut wc: HashMap<&str, f64> = HashMap::default();
+    let mut pc: HashMap<(&str, &str), f64> = HashMap::default();
     let mut total = 0.0;
     for w in &words {
         for x in w {
@@ -222,7 +226,7 @@ fn passages_holding<'a, I: Iterator<Item = &'a str>>(
     units: &[Unit<'_>],
     keys: impl Fn(usize) -> I,
 ) -> HashMap<&'a str, Vec<usize>> {
-    let mut pf: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut pf: HashMap<&str, Vec<usize>> = HashMap::default();
     for (i, u) in units.iter().enumerate() {
         for k in keys(i) {
             let ps = pf.entry(k).or_default();
@@ -280,7 +284,7 @@ pub fn features_of(
         return Vec::new();
     }
     // Sentence and passage frequencies.
-    let mut df: HashMap<&str, u32> = HashMap::new();
+    let mut df: HashMap<&str, u32> = HashMap::default();
     for b in bags {
         for t in b.keys() {
             *df.entry(t).or_insert(0) += 1;
@@ -667,7 +671,7 @@ mod tests {
         // Linear fallback agrees on the order.
         let b: Vec<_> = u.iter().map(|u| term_counts(u.text)).collect();
         let n = b.len() as f64;
-        let mut df: HashMap<&str, f64> = HashMap::new();
+        let mut df: HashMap<&str, f64> = HashMap::default();
         for x in &b {
             for t in x.keys() {
                 *df.entry(t).or_insert(0.0) += 1.0;
