@@ -370,6 +370,8 @@ impl Index {
     }
 
     fn from_index(index: tantivy::Index, f: Fields) -> Result<Index> {
+        // The same terms as tantivy's `en_stem`, stems remembered (`index/stem.rs`).
+        index.tokenizers().register("en_stem", stem::analyzer());
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -784,6 +786,7 @@ impl Index {
 }
 
 mod overlay;
+mod stem;
 
 #[cfg(test)]
 mod tests;
