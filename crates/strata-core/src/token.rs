@@ -315,6 +315,19 @@ fn ceil_boundary(s: &str, i: usize) -> usize {
 mod tests {
     use super::*;
 
+    /// The bundled data's texts: the debate's JSON Lines and each sample document.
+    fn bundled_texts() -> Vec<String> {
+        let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data");
+        let mut files = vec![format!("{data}/debate.jsonl")];
+        for e in std::fs::read_dir(format!("{data}/docs")).unwrap() {
+            files.push(e.unwrap().path().display().to_string());
+        }
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect()
+    }
+
     /// The ASCII pieces are `bpe-openai`'s pre-tokenizer's: on the bundled data and on
     /// random ASCII over white space runs, line breaks, apostrophes, digits and punctuation.
     #[test]
@@ -324,13 +337,7 @@ mod tests {
             let theirs: Vec<&str> = bpe().split(t).collect();
             assert_eq!(ours, theirs, "{t:?}");
         };
-        let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data");
-        let mut files = vec![format!("{data}/debate.jsonl")];
-        for e in std::fs::read_dir(format!("{data}/docs")).unwrap() {
-            files.push(e.unwrap().path().display().to_string());
-        }
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
+        for text in bundled_texts() {
             let ascii: String = text.chars().filter(char::is_ascii).collect();
             same(&ascii);
         }
@@ -361,13 +368,7 @@ mod tests {
                 assert_eq!(count_pieces(t), reference.encode_ordinary(t).len(), "{t:?}");
             }
         };
-        let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data");
-        let mut files = vec![format!("{data}/debate.jsonl")];
-        for e in std::fs::read_dir(format!("{data}/docs")).unwrap() {
-            files.push(e.unwrap().path().display().to_string());
-        }
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
+        for text in bundled_texts() {
             same(&text);
             for piece in text.split_inclusive(['.', '\n']) {
                 same(piece);

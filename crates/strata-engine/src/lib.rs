@@ -73,3 +73,19 @@ pub use node::{Node, NodeId, Span};
 pub use progress::{NoProgress, Progress};
 pub use store::{ScopeKind, Store};
 pub use time::{Time, TimeRange};
+
+/// The bundled sample documents' texts (`data/docs`), in file-name order: tests that hold
+/// a faster path to the one it replaces read them.
+#[cfg(test)]
+pub(crate) fn sample_documents() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/docs");
+    let mut paths: Vec<_> = std::fs::read_dir(&root)
+        .expect("the sample documents")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| std::fs::read_to_string(p).expect("text"))
+        .collect()
+}

@@ -112,12 +112,7 @@ mod tests {
 
     #[test]
     fn remembered_stems_are_tantivys_en_stem_terms() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/docs");
-        let mut texts: Vec<String> = std::fs::read_dir(&root)
-            .expect("the sample documents")
-            .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("text"))
-            .collect();
-        texts.sort();
+        let mut texts = crate::sample_documents();
         texts.push(
             "Généralement, les États-Unis: running RUNS ran runner's Ünïcödé 42,000 x".into(),
         );

@@ -360,12 +360,7 @@ mod tests {
 
     #[test]
     fn tag_counts_from_the_shared_reading_are_those_of_a_reading_apart() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/docs");
-        let mut texts: Vec<String> = std::fs::read_dir(&root)
-            .expect("the sample documents")
-            .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("text"))
-            .collect();
-        texts.sort();
+        let mut texts = crate::sample_documents();
         texts.push(
             "  Mr. J.K. Rowling met the Port Aldous Transit Authority on March 3, 1998.\n\n  "
                 .into(),
