@@ -1000,7 +1000,7 @@ fn llm_navigator_descends_greps_peeks_and_cites_exact_spans() {
         rank: 2 node(s) by "What share of Eastgate households do not own a car? Eastgate car households": 1 hit(s)
         grep: "Eastgate households car" at full within the working set: 2 hit(s)
         peek: 2 full node(s), 77 tokens
-        check: offline evidence: 1 citation(s), confidence 0.77, 72 % of the question's term weight, gives a number
+        check: offline evidence: 3 citation(s), confidence 0.77, 100 % of the question's term weight, gives a number
         check: answer: 72 % of the question's term weight, gives a number; cites what the offline policy cites: accepted
         finish-llm: 1 verified citation(s)
         finish: 1 citation(s), confidence 0.90, ready true
@@ -1798,7 +1798,7 @@ fn code_mode_runs_one_program_per_iteration_and_cites_exact_spans() {
         peek: program: n2 [full], 46 tokens
         peek: program: n3 [full], 31 tokens
         program: 107 operation(s), 4 primitive call(s), <ms, KiB>: 1 selected, 1 extracted, confidence 0.90, stop true
-        check: offline evidence: 1 citation(s), confidence 0.77, 72 % of the question's term weight, gives a number
+        check: offline evidence: 3 citation(s), confidence 0.77, 100 % of the question's term weight, gives a number
         check: answer: 72 % of the question's term weight, gives a number; cites what the offline policy cites: accepted
         finish-llm: 1 verified citation(s)
         finish: 1 citation(s), confidence 0.90, ready true

@@ -346,7 +346,7 @@ async fn the_debate_routes() {
             },
             "tokens": {
               "limit": 200000,
-              "used": 36
+              "used": 66
             }
           },
           "citations": [
@@ -368,13 +368,15 @@ async fn the_debate_routes() {
           "navigation_history": [
             "iteration 1: grep over summary/detailed/full picked groups: working set 2 → 1",
             "iteration 2: grep within the groups picked chunks: working set 1 → 1",
-            "read 1 chunk(s), 1 candidate sentence(s); cited 1",
-            "cited first: score 0.574 (own evidence 0.392, chunk 1 of 1), terms 2029, audit"
+            "read 3 chunk(s), 1 candidate sentence(s); cited the best 1 of 3 ranked turn(s)",
+            "cited first: turn ranked 1 (retrieval 1.000, score 1.000); its best sentence, terms 2029, audit"
           ],
           "nodes_examined": [
             "67b4f2d876bf2b0b2063f9acc0eefbee794d1acf0bcea3011e9a6106881cf830",
             "5a00abbb7c08615480355fa417e53ed5c89e405cf75f3f1250c6360106dad66b",
-            "eebefbcf15273af54355a93389cd445d2d659c1768f1b1468f3daeb4f8c8ad37"
+            "eebefbcf15273af54355a93389cd445d2d659c1768f1b1468f3daeb4f8c8ad37",
+            "a64c84adaba0902681f79908a7be39bf21564f37051951c5f5b16fe1d9e93155",
+            "2175bf20cae1888732ec44298c8608ceeea89e4f494187032e53cae4ef4df2f3"
           ],
           "outcome": "<string>",
           "ready": true,
@@ -382,7 +384,7 @@ async fn the_debate_routes() {
           "start_level": "ABSTRACT",
           "strategy": "auto",
           "sub_calls_made": 0,
-          "tokens_processed": 36,
+          "tokens_processed": 66,
           "trajectory": [
             {
               "action": "peek",
@@ -440,14 +442,27 @@ async fn the_debate_routes() {
               ]
             },
             {
-              "action": "peek",
+              "action": "grep",
               "at_ms": "<number>",
-              "detail": "1 full node(s), 14 tokens",
+              "detail": "\"What did the 2029 audit find\" at full: 1 hit(s)",
               "iteration": 2,
               "sub_calls": 0,
-              "tokens": 36,
+              "tokens": 22,
               "working": [
                 "eebefbcf15273af54355a93389cd445d2d659c1768f1b1468f3daeb4f8c8ad37"
+              ]
+            },
+            {
+              "action": "peek",
+              "at_ms": "<number>",
+              "detail": "3 full node(s), 44 tokens",
+              "iteration": 2,
+              "sub_calls": 0,
+              "tokens": 66,
+              "working": [
+                "eebefbcf15273af54355a93389cd445d2d659c1768f1b1468f3daeb4f8c8ad37",
+                "a64c84adaba0902681f79908a7be39bf21564f37051951c5f5b16fe1d9e93155",
+                "2175bf20cae1888732ec44298c8608ceeea89e4f494187032e53cae4ef4df2f3"
               ]
             },
             {
@@ -456,9 +471,11 @@ async fn the_debate_routes() {
               "detail": "1 citation(s), confidence 0.49, ready true",
               "iteration": 2,
               "sub_calls": 0,
-              "tokens": 36,
+              "tokens": 66,
               "working": [
-                "eebefbcf15273af54355a93389cd445d2d659c1768f1b1468f3daeb4f8c8ad37"
+                "eebefbcf15273af54355a93389cd445d2d659c1768f1b1468f3daeb4f8c8ad37",
+                "a64c84adaba0902681f79908a7be39bf21564f37051951c5f5b16fe1d9e93155",
+                "2175bf20cae1888732ec44298c8608ceeea89e4f494187032e53cae4ef4df2f3"
               ]
             }
           ],
@@ -594,8 +611,8 @@ async fn the_document_knowledge_and_forget_routes() {
           "navigation_history": [
             "iteration 1: grep over summary/detailed/full picked groups: working set 2 → 1",
             "iteration 2: grep within the groups picked chunks: working set 1 → 1",
-            "read 1 chunk(s), 1 candidate sentence(s); cited 1",
-            "cited first: score 0.344 (own evidence 0.063, chunk 1 of 1), terms ferri"
+            "read 1 chunk(s), 1 candidate sentence(s); cited the best 1 of 1 ranked turn(s)",
+            "cited first: turn ranked 1 (retrieval 1.000, score 1.000); its best sentence, terms ferri"
           ],
           "nodes_examined": [
             "432c68d29e85abcbae40b7b51de173f472268e58ff1e176376aa1750d67f5f98",
@@ -669,6 +686,17 @@ async fn the_document_knowledge_and_forget_routes() {
               "tokens": 10,
               "working": [
                 "9f883d55e1357c181cccce5fdc24cfa48b8ede6cc250121332fdc2f1be9a215b"
+              ]
+            },
+            {
+              "action": "grep",
+              "at_ms": "<number>",
+              "detail": "\"How much did the ferry cost\" at full: 1 hit(s)",
+              "iteration": 2,
+              "sub_calls": 0,
+              "tokens": 10,
+              "working": [
+                "1871660296fa215605986ac7c71dd7b44aa7acc96824c21c0c452cf387217b8c"
               ]
             },
             {
@@ -874,8 +902,8 @@ async fn the_rlm_context_routes() {
           "navigation_history": [
             "iteration 1: grep over summary/detailed/full picked groups: working set 1 → 1",
             "iteration 2: grep within the groups picked chunks: working set 1 → 1",
-            "read 1 chunk(s), 1 candidate sentence(s); cited 1",
-            "cited first: score 0.360 (own evidence 0.085, chunk 1 of 1), terms audit, confirm, daili, rider"
+            "read 1 chunk(s), 1 candidate sentence(s); cited the best 1 of 1 ranked turn(s)",
+            "cited first: turn ranked 1 (retrieval 1.000, score 1.000); its best sentence, terms audit, confirm, …"
           ],
           "nodes_examined": [
             "629ac56a8e9b3cdb56f68a567ad02a118dd40392adc2bff1696a89538bf9d36a",
@@ -944,6 +972,17 @@ async fn the_rlm_context_routes() {
               "tokens": 26,
               "working": [
                 "4273810224fe3ffa1c821ec79ab0f423b31f365081f6461d41bf40e501b8587b"
+              ]
+            },
+            {
+              "action": "grep",
+              "at_ms": "<number>",
+              "detail": "\"How many daily riders did the audit confirm\" at full: 1 hit(s)",
+              "iteration": 2,
+              "sub_calls": 0,
+              "tokens": 26,
+              "working": [
+                "74775c85bac23cd2374a3a028591b3afff7ee31fc1b13f31d70c78f36d954814"
               ]
             },
             {

@@ -20,6 +20,8 @@ use crate::store::Store;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+pub(crate) mod turns;
+
 /// A read handle on one engine's store, index and embedder. Cheap to copy.
 #[derive(Clone, Copy)]
 pub(crate) struct Corpus<'a> {

@@ -250,8 +250,8 @@ pub struct QueryConfig {
     /// or passage found is cited, not `max_citations`. 0 answers them like any other
     /// question.
     pub max_set_citations: usize,
-    /// Confidence at or above which an answer is `ready` (0.3: on QMSum val, 84 % of
-    /// answerable queries and 24 % of another meeting's are ready at it; docs/EVAL.md).
+    /// Confidence at or above which an answer is `ready` (0.25: on QMSum val, 82 % of
+    /// answerable queries and 20 % of another meeting's are ready at it; docs/EVAL.md).
     pub ready_threshold: f64,
     /// Where navigation starts: `abstract` (read the overview first), `metadata` or
     /// `summary` (go straight to the groups), `detailed` (rank every chunk, no groups) or
@@ -371,7 +371,7 @@ impl Default for QueryConfig {
             top_chunks: 6,
             max_citations: 3,
             max_set_citations: 20,
-            ready_threshold: 0.3,
+            ready_threshold: 0.25,
             start_level: crate::level::Level::Abstract,
             strategy: Strategy::Auto,
             max_nodes: 400,

@@ -12,30 +12,21 @@
 //! Every part cites its exact spans, and says why it was chosen.
 
 use super::{ContextNode, ContextWindow};
-use crate::corpus::{Corpus, Place, Search, Trees};
+use crate::corpus::turns::{EXCERPT_TOKENS, passes, turn_scores};
+use crate::corpus::{Corpus, Search, Trees};
 use crate::error::Result;
 use crate::level::Level;
 use crate::node::Span;
 use crate::plan::Plan;
-use crate::text::{self, salience};
+use crate::text;
 use crate::token;
 use std::collections::{BTreeMap, HashMap};
 
-/// How much of the nearby hits' scores a turn takes, and over how many turns a hit's
-/// share decays by a factor e.
-const NEIGHBOUR: f64 = 1.0;
-const SPREAD: f64 = 6.0;
-/// A hit (or reply) with at least this share of the best hit's score is evidence of its
-/// own, placed in the first pass, which may use this share of the budget.
-const EVIDENCE_FLOOR: f64 = 0.3;
+/// The first pass (the turns that are evidence of their own, `turns::passes`) may use
+/// this share of the budget.
 const EVIDENCE_SHARE: f64 = 0.5;
-
-/// How much of the score of a question just before it a turn takes (its reply).
-const REPLY: f64 = 0.6;
 /// Turns ranked: at most this many hits are read.
 const MAX_HITS: usize = 400;
-/// A turn longer than this many tokens is cut to its sentences that bear on the question.
-const EXCERPT_TOKENS: usize = 60;
 /// The overview's share of the budget, and the budget below which there is none.
 const OVERVIEW_SHARE: f64 = 0.1;
 const OVERVIEW_MIN_BUDGET: usize = 800;
@@ -43,11 +34,6 @@ const OVERVIEW_MIN_BUDGET: usize = 800;
 /// One turn considered for the window.
 struct Turn {
     chunk: usize,
-    /// Its own retrieval score plus what a neighbouring hit or the question it replies to
-    /// lends it.
-    score: f64,
-    /// Its own retrieval score plus the reply credit only.
-    direct: f64,
     why: BTreeMap<String, f64>,
 }
 
@@ -82,88 +68,28 @@ pub(crate) fn window(
         },
         dense.as_mut(),
     )?;
-    let top = found.hits.first().map_or(0.0, |h| h.1 as f64).max(1e-9);
-    let mut hit: Vec<f64> = vec![0.0; plan.chunks.len()];
-    for (id, score) in &found.hits {
-        if let Some(Place::Full(_, ci)) = trees.place(id) {
-            hit[ci] = *score as f64 / top;
-        }
-    }
-    // Texts of the chunks next to a hit are read to tell questions; cached per request.
-    let mut texts: HashMap<usize, String> = HashMap::new();
+    let mut texts: HashMap<(usize, usize), String> = HashMap::new();
+    let scored = turn_scores(corpus, &trees, &found.hits, now, &mut texts)?;
     let mut text_of = |ci: usize| -> Result<String> {
-        if let Some(t) = texts.get(&ci) {
+        if let Some(t) = texts.get(&(0, ci)) {
             return Ok(t.clone());
         }
         let t = corpus.node(&plan.chunks[ci].full, now)?.text;
-        texts.insert(ci, t.clone());
+        texts.insert((0, ci), t.clone());
         Ok(t)
     };
-    // The discussion around a hit: each turn takes a share of the hits near it, decaying
-    // with the distance in turns (exponential smoothing both ways, linear time).
-    let decay = (-1.0 / SPREAD).exp();
-    let n = hit.len();
-    let (mut fwd, mut bwd) = (vec![0.0; n], vec![0.0; n]);
-    for i in 0..n {
-        fwd[i] = hit[i] + if i > 0 { decay * fwd[i - 1] } else { 0.0 };
-    }
-    for i in (0..n).rev() {
-        bwd[i] = hit[i] + if i + 1 < n { decay * bwd[i + 1] } else { 0.0 };
-    }
-    let near: Vec<f64> = (0..n).map(|i| fwd[i] + bwd[i] - 2.0 * hit[i]).collect();
-    let mut turns: Vec<Turn> = Vec::new();
-    for ci in 0..plan.chunks.len() {
-        let prev = if ci > 0 { hit[ci - 1] } else { 0.0 };
-        let neighbour = NEIGHBOUR * near[ci];
-        let mut reply = 0.0;
-        if prev > 0.0
-            && plan.chunks[ci - 1].source != plan.chunks[ci].source
-            && ends_with_question(&text_of(ci - 1)?)
-        {
-            reply = REPLY * prev;
-        }
-        let score = hit[ci] + neighbour.max(reply);
-        if score <= 0.0 {
-            continue;
-        }
-        let direct = hit[ci] + reply;
-        let mut why = BTreeMap::new();
-        why.insert("retrieval".to_string(), round3(hit[ci]));
-        if neighbour > 0.0 {
-            why.insert("neighbour".to_string(), round3(neighbour));
-        }
-        if reply > 0.0 {
-            why.insert("reply_to_question".to_string(), round3(reply));
-        }
-        why.insert("score".to_string(), round3(score));
-        turns.push(Turn {
-            chunk: ci,
-            score,
-            direct,
-            why,
-        });
-    }
+    let turns: Vec<Turn> = scored
+        .iter()
+        .map(|t| Turn {
+            chunk: t.chunk,
+            why: t.why(),
+        })
+        .collect();
     let considered = turns.len();
     // Two passes: first the distinct pieces of evidence (hits, and replies to questions
     // that hit), best first, within a share of the budget, so that a window holds many of
     // them rather than the neighbourhood of one; then the discussion around them.
-    let floor = EVIDENCE_FLOOR;
-    let mut first: Vec<usize> = (0..turns.len())
-        .filter(|&i| turns[i].direct >= floor)
-        .collect();
-    first.sort_by(|&a, &b| {
-        turns[b]
-            .direct
-            .total_cmp(&turns[a].direct)
-            .then(turns[a].chunk.cmp(&turns[b].chunk))
-    });
-    let mut second: Vec<usize> = (0..turns.len()).collect();
-    second.sort_by(|&a, &b| {
-        turns[b]
-            .score
-            .total_cmp(&turns[a].score)
-            .then(turns[a].chunk.cmp(&turns[b].chunk))
-    });
+    let (first, second) = passes(&scored);
 
     // The overview, to place the excerpts.
     let mut used = 0usize;
@@ -314,24 +240,10 @@ pub(crate) fn window(
     }
 }
 
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-/// Whether a turn's last sentence asks a question.
-fn ends_with_question(text: &str) -> bool {
-    text::sentences(text)
-        .iter()
-        .rev()
-        .map(|s| text[s.start..s.end].trim())
-        .find(|s| !s.is_empty())
-        .is_some_and(salience::is_question)
-}
-
 /// The byte range of `body` to show for the question: the whole turn when it is short,
 /// else the run of sentences around the one that bears most on the question (its weight of
 /// question terms), grown while it stays within [`EXCERPT_TOKENS`] and `room`.
-fn excerpt(
+pub(crate) fn excerpt(
     corpus: &Corpus<'_>,
     q: &crate::corpus::Question,
     body: &str,

@@ -343,6 +343,7 @@ fn gather_set(
     let Some(Retrieved {
         mut chunks,
         chunk_rank,
+        ..
     }) = retrieve(ex, question, cues, true)?
     else {
         return Ok(None);
@@ -557,7 +558,12 @@ fn answer(
     if question.terms().is_empty() {
         return Ok(None);
     }
-    let Some(Retrieved { chunks, chunk_rank }) = retrieve(ex, question, cues, first_pass)? else {
+    let Some(Retrieved {
+        chunks,
+        chunk_rank,
+        turns,
+    }) = retrieve(ex, question, cues, first_pass)?
+    else {
         return Ok(None);
     };
     let idf = question.weights().clone();
@@ -583,7 +589,8 @@ fn answer(
         return Ok(None);
     };
     let best_terms = terms_of(best);
-    let parallel = |c: &Cand| c.own >= 0.7 * best.own && terms_of(c).is_superset(&best_terms);
+    let (best_own, best_score) = (best.own, best.score);
+    let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
     // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
     // is the answer.
     let mut primary = 0usize;
@@ -624,10 +631,73 @@ fn answer(
         let twin = chosen.iter().any(|&o| cands[o].quote == c.quote);
         // A question about the first (last) of something wants one item, not its twins.
         let enumerate = !(cues.earliest || cues.latest);
-        if (c.score >= 0.75 * best.score && adds) || (enumerate && parallel(c) && !twin) {
+        if (c.score >= 0.75 * best_score && adds) || (enumerate && parallel(c) && !twin) {
             covered.extend(ts);
             chosen.push(i);
         }
+    }
+    // A question with one answer about a conversation's turns: the best turns, as the
+    // conversation ranks them, each by its best sentence (or an excerpt, when none holds a
+    // question word: a reply), unless the question asks for the first or last of something
+    // (the rounds decide that, above).
+    let by_turn = if cues.earliest || cues.latest {
+        None
+    } else {
+        by_turn(
+            ex,
+            &chunks,
+            &turns,
+            &cues.subjects,
+            &mut cands,
+            cfg.max_citations,
+        )
+    };
+    if let Some((picked, whys)) = by_turn {
+        // Confidence: the share of the question the best single cited passage covers.
+        // Passages that each hold some of its words do not together answer it (a question
+        // whose premise the text does not hold is matched piecemeal).
+        let weight = |ts: &BTreeSet<String>| ts.iter().filter_map(|t| idf.get(t)).sum::<f64>();
+        let covered: BTreeSet<String> = picked
+            .iter()
+            .map(|&i| terms_of(&cands[i]))
+            .max_by(|a, b| weight(a).total_cmp(&weight(b)))
+            .unwrap_or_default();
+        ex.history.push(format!(
+            "read {} chunk(s), {} candidate sentence(s); cited the best {} of {} ranked turn(s)",
+            chunks.len(),
+            cands.len(),
+            picked.len(),
+            turns.len()
+        ));
+        for (k, (&i, why)) in picked.iter().zip(&whys).enumerate() {
+            let c = &cands[i];
+            let terms = c.terms();
+            ex.history.push(format!(
+                "cited {}: turn ranked {} ({}); its {}",
+                if k == 0 { "first" } else { "also" },
+                why.0 + 1,
+                why.1
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if terms.is_empty() {
+                    "excerpt (no sentence holds a question word)".to_string()
+                } else {
+                    format!("best sentence, terms {}", terms.join(", "))
+                }
+            ));
+        }
+        return Ok(Some(Selection {
+            cited: picked.iter().map(|&i| cands[i].to_quote()).collect(),
+            rounds: picked.iter().map(|&i| cands[i].round).collect(),
+            covered: covered
+                .into_iter()
+                .filter(|t| idf.contains_key(t))
+                .collect(),
+            idf,
+            subjects: cues.subjects.iter().cloned().collect(),
+        }));
     }
     // The primary citation first; the rest in reading order (chunks by rank, then position).
     let mut rest: Vec<usize> = chosen[1..].to_vec();
@@ -667,4 +737,100 @@ fn answer(
         idf,
         subjects: cues.subjects.iter().cloned().collect(),
     }))
+}
+
+/// A turn after the first is cited when its own evidence (retrieval plus reply credit) is
+/// at least this share of the best hit's: what makes a turn evidence of its own in the
+/// question-focused window (its first pass), so that a turn that only sits near a hit is
+/// not an answer.
+const EVIDENCE_SHARE: f64 = crate::corpus::turns::EVIDENCE_FLOOR;
+
+/// The best `max` turns of `turns` that are evidence of their own ([`EVIDENCE_SHARE`]; the
+/// first always), the turns of a speaker the question names as the
+/// one speaking (`subjects`) first. Each is cited by its best candidate in `cands` (sorted
+/// best first) or, when none of its sentences holds a question word and it replies to a
+/// question that matched, by its opening (added to `cands`). Returns the candidates'
+/// indices, best turn first, with each turn's rank and features; None when no turn was
+/// ranked or read.
+#[allow(clippy::type_complexity)]
+fn by_turn(
+    ex: &Explorer<'_>,
+    chunks: &[crate::node::Node],
+    turns: &[retrieve::RankedTurn],
+    subjects: &std::collections::HashSet<String>,
+    cands: &mut Vec<Cand>,
+    max: usize,
+) -> Option<(Vec<usize>, Vec<(usize, BTreeMap<String, f64>)>)> {
+    let mut picked: Vec<usize> = Vec::new();
+    let mut whys = Vec::new();
+    // A question that names a speaker as the one speaking ("what did chen propose") asks
+    // what they said: their turns come first, in their order.
+    let mut order: Vec<(usize, &retrieve::RankedTurn)> = turns.iter().enumerate().collect();
+    if !subjects.is_empty() {
+        let theirs: BTreeSet<NodeId> = chunks
+            .iter()
+            .filter(|n| {
+                ex.corpus
+                    .analyze(&crate::node::context_label(n))
+                    .iter()
+                    .any(|t| subjects.contains(t))
+            })
+            .map(|n| n.id)
+            .collect();
+        order.sort_by_key(|(_, t)| !theirs.contains(&t.id));
+    }
+    for (rank, t) in order {
+        if picked.len() >= max.max(1) {
+            break;
+        }
+        if !picked.is_empty() && t.direct < EVIDENCE_SHARE {
+            continue;
+        }
+        if let Some(i) = cands.iter().position(|c| c.node == t.id) {
+            picked.push(i);
+        } else if let Some(n) = chunks
+            .iter()
+            .find(|n| n.id == t.id)
+            .filter(|_| t.why.contains_key("reply_to_question"))
+        {
+            // A reply to a question that matched answers in other words: its opening, its
+            // first sentences that are not questions, while they run on and fit in an
+            // excerpt. (A turn that only sits near a hit and holds no question word is
+            // not cited.)
+            let sents = ex.corpus.sentences_of(n);
+            let Some(first) = sents.first() else {
+                continue;
+            };
+            let (a, mut b) = first.trimmed;
+            for s in sents.iter().skip(1) {
+                let (sa, sb) = s.trimmed;
+                if !n.text[b..sa].trim().is_empty()
+                    || crate::token::count(&n.text[a..sb]) > crate::corpus::turns::EXCERPT_TOKENS
+                {
+                    break;
+                }
+                b = sb;
+            }
+            let quote = n.text[a..b].to_string();
+            let base = n.citations[0].start;
+            cands.push(Cand {
+                node: n.id,
+                start: base + a as u64,
+                end: base + (a + quote.len()) as u64,
+                quote,
+                tf: BTreeMap::new(),
+                ctx: BTreeSet::new(),
+                len: 1,
+                own: 0.0,
+                score: 0.0,
+                rank: chunks.len(),
+                round: ex.round_of(&n.id),
+            });
+            picked.push(cands.len() - 1);
+        } else {
+            continue;
+        }
+        whys.push((rank, t.why.clone()));
+    }
+    (!picked.is_empty()).then_some((picked, whys))
 }

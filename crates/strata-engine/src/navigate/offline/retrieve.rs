@@ -8,13 +8,28 @@ use crate::error::Result;
 use crate::level::Level;
 use crate::navigate::Explorer;
 use crate::node::{Node, NodeId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Read chunks, and how well each matched as a whole (normalised to the best).
 pub(super) struct Retrieved {
     pub(super) chunks: Vec<Node>,
     /// FULL node → its retrieval score over the best one's.
     pub(super) chunk_rank: HashMap<NodeId, f64>,
+    /// The turns ranked in their conversation ([`ranked_turns`]), best first; empty for
+    /// set questions.
+    pub(super) turns: Vec<RankedTurn>,
+}
+
+/// A turn (FULL chunk) ranked for the question in its conversation.
+pub(super) struct RankedTurn {
+    pub(super) id: NodeId,
+    /// Its score over the best turn's.
+    pub(super) share: f64,
+    /// Its own evidence (its retrieval score plus its reply credit, over the best hit's):
+    /// at least `turns::EVIDENCE_FLOOR` makes it evidence of its own.
+    pub(super) direct: f64,
+    /// Its features, named (`context::focus::TurnScore::why`).
+    pub(super) why: BTreeMap<String, f64>,
 }
 
 /// Steps 1–4 of a pass: rank scopes, pick groups, pick chunks, read them. Returns the read
@@ -143,9 +158,61 @@ pub(super) fn retrieve(
             .map(|(id, s)| (*id, (*s / best) as f64))
             .collect()
     };
+    // A question with one answer: the turns ranked in their conversation (what the
+    // question-focused window ranks by) are read too, and are how well each chunk matched.
+    // Not when the strategy reads without searching (`peek`), searches partition by
+    // partition (`partition_map`) or answers from the coarse levels (`summarize`).
+    let mut chunk_rank = chunk_rank;
+    let mut turns = Vec::new();
+    let searches_turns = !matches!(
+        cfg.strategy,
+        Strategy::Peek | Strategy::PartitionMap | Strategy::Summarize
+    );
+    if searches_turns && !super::wants_set(ex, question) {
+        turns = ranked_turns(ex, question)?;
+        for t in turns.iter().take(keep) {
+            if !fulls.contains(&t.id) {
+                fulls.push(t.id);
+            }
+        }
+        chunk_rank = turns.iter().map(|t| (t.id, t.share)).collect();
+    }
     ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
     let chunks = ex.peek(&fulls)?;
-    Ok(Some(Retrieved { chunks, chunk_rank }))
+    Ok(Some(Retrieved {
+        chunks,
+        chunk_rank,
+        turns,
+    }))
+}
+
+/// Every turn with evidence for the question, ranked in its conversation as the
+/// question-focused window ranks them (`context::focus`): one search over every FULL chunk,
+/// each turn's score with what the hits near it and the question it replies to lend it;
+/// first the turns that are evidence of their own (a hit, or a reply to one), by their own
+/// evidence, then the rest by their score.
+fn ranked_turns(ex: &mut Explorer<'_>, question: &Question) -> Result<Vec<RankedTurn>> {
+    use crate::corpus::turns as focus;
+    let hits = ex.grep(question, &[Level::Full], None, ex.cfg.max_nodes)?;
+    let mut texts = HashMap::new();
+    let scored = focus::turn_scores(&ex.corpus, &ex.trees, &hits, ex.now, &mut texts)?;
+    let (first, second) = focus::passes(&scored);
+    let best = scored.iter().map(|t| t.score()).fold(1e-9, f64::max);
+    let mut seen = vec![false; scored.len()];
+    Ok(first
+        .into_iter()
+        .chain(second)
+        .filter(|&i| !std::mem::replace(&mut seen[i], true))
+        .map(|i| {
+            let t = &scored[i];
+            RankedTurn {
+                id: ex.trees.plans[t.plan].chunks[t.chunk].full,
+                share: t.score() / best,
+                direct: t.direct(),
+                why: t.why(),
+            }
+        })
+        .collect())
 }
 
 /// The FULL node of a DETAILED or FULL hit.
