@@ -27,6 +27,7 @@ pub(crate) const EXCERPT_TOKENS: usize = 60;
 /// the best hit's), what the hits near it lend it (a discussion runs over several turns,
 /// decaying by a factor e every [`SPREAD`] turns), and what the question just before it
 /// lends it when it replies (a reply answers in other words than the question).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct TurnScore {
     pub(crate) plan: usize,
     pub(crate) chunk: usize,

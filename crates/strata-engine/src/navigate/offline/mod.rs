@@ -791,7 +791,7 @@ fn by_turn(
         } else if let Some(n) = chunks
             .iter()
             .find(|n| n.id == t.id)
-            .filter(|_| t.why.contains_key("reply_to_question"))
+            .filter(|_| t.scores.reply > 0.0)
         {
             // A reply to a question that matched answers in other words: its opening, its
             // first sentences that are not questions, while they run on and fit in an
@@ -830,7 +830,7 @@ fn by_turn(
         } else {
             continue;
         }
-        whys.push((rank, t.why.clone()));
+        whys.push((rank, t.scores.why()));
     }
     (!picked.is_empty()).then_some((picked, whys))
 }

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::level::Level;
 use crate::navigate::Explorer;
 use crate::node::{Node, NodeId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// Read chunks, and how well each matched as a whole (normalised to the best).
 pub(super) struct Retrieved {
@@ -28,8 +28,9 @@ pub(super) struct RankedTurn {
     /// Its own evidence (its retrieval score plus its reply credit, over the best hit's):
     /// at least `turns::EVIDENCE_FLOOR` makes it evidence of its own.
     pub(super) direct: f64,
-    /// Its features, named (`context::focus::TurnScore::why`).
-    pub(super) why: BTreeMap<String, f64>,
+    /// Its scores, whose named features (`TurnScore::why`) the history shows for a cited
+    /// turn.
+    pub(super) scores: crate::corpus::turns::TurnScore,
 }
 
 /// Steps 1–4 of a pass: rank scopes, pick groups, pick chunks, read them. Returns the read
@@ -209,7 +210,7 @@ fn ranked_turns(ex: &mut Explorer<'_>, question: &Question) -> Result<Vec<Ranked
                 id: ex.trees.plans[t.plan].chunks[t.chunk].full,
                 share: t.score() / best,
                 direct: t.direct(),
-                why: t.why(),
+                scores: *t,
             }
         })
         .collect())
