@@ -590,56 +590,10 @@ fn answer(
     };
     let best_terms = terms_of(best);
     let (best_own, best_score) = (best.own, best.score);
-    let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
-    // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
-    // is the answer.
-    let mut primary = 0usize;
-    if cues.earliest || cues.latest {
-        let mut best_round: Option<u32> = None;
-        for (i, c) in cands.iter().enumerate() {
-            let (Some(r), true) = (c.round, parallel(c)) else {
-                continue;
-            };
-            let better = match best_round {
-                None => true,
-                Some(b) => (cues.earliest && r < b) || (!cues.earliest && r > b),
-            };
-            if better {
-                best_round = Some(r);
-                primary = i;
-            }
-        }
-    }
-    let mut chosen: Vec<usize> = vec![primary];
-    let mut covered: BTreeSet<String> = terms_of(&cands[primary]);
-    for (i, c) in cands.iter().enumerate() {
-        if chosen.len() >= cfg.max_citations {
-            break;
-        }
-        if chosen.contains(&i) {
-            continue;
-        }
-        let overlaps = chosen.iter().any(|&o| {
-            let o = &cands[o];
-            o.node == c.node && o.start < c.end && c.start < o.end
-        });
-        if overlaps {
-            continue;
-        }
-        let ts = terms_of(c);
-        let adds = ts.iter().any(|t| !covered.contains(t));
-        let twin = chosen.iter().any(|&o| cands[o].quote == c.quote);
-        // A question about the first (last) of something wants one item, not its twins.
-        let enumerate = !(cues.earliest || cues.latest);
-        if (c.score >= 0.75 * best_score && adds) || (enumerate && parallel(c) && !twin) {
-            covered.extend(ts);
-            chosen.push(i);
-        }
-    }
     // A question with one answer about a conversation's turns: the best turns, as the
     // conversation ranks them, each by its best sentence (or an excerpt, when none holds a
     // question word: a reply), unless the question asks for the first or last of something
-    // (the rounds decide that, above).
+    // (the rounds decide that, below).
     let by_turn = if cues.earliest || cues.latest {
         None
     } else {
@@ -698,6 +652,52 @@ fn answer(
             idf,
             subjects: cues.subjects.iter().cloned().collect(),
         }));
+    }
+    let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
+    // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
+    // is the answer.
+    let mut primary = 0usize;
+    if cues.earliest || cues.latest {
+        let mut best_round: Option<u32> = None;
+        for (i, c) in cands.iter().enumerate() {
+            let (Some(r), true) = (c.round, parallel(c)) else {
+                continue;
+            };
+            let better = match best_round {
+                None => true,
+                Some(b) => (cues.earliest && r < b) || (!cues.earliest && r > b),
+            };
+            if better {
+                best_round = Some(r);
+                primary = i;
+            }
+        }
+    }
+    let mut chosen: Vec<usize> = vec![primary];
+    let mut covered: BTreeSet<String> = terms_of(&cands[primary]);
+    for (i, c) in cands.iter().enumerate() {
+        if chosen.len() >= cfg.max_citations {
+            break;
+        }
+        if chosen.contains(&i) {
+            continue;
+        }
+        let overlaps = chosen.iter().any(|&o| {
+            let o = &cands[o];
+            o.node == c.node && o.start < c.end && c.start < o.end
+        });
+        if overlaps {
+            continue;
+        }
+        let ts = terms_of(c);
+        let adds = ts.iter().any(|t| !covered.contains(t));
+        let twin = chosen.iter().any(|&o| cands[o].quote == c.quote);
+        // A question about the first (last) of something wants one item, not its twins.
+        let enumerate = !(cues.earliest || cues.latest);
+        if (c.score >= 0.75 * best_score && adds) || (enumerate && parallel(c) && !twin) {
+            covered.extend(ts);
+            chosen.push(i);
+        }
     }
     // The primary citation first; the rest in reading order (chunks by rank, then position).
     let mut rest: Vec<usize> = chosen[1..].to_vec();
