@@ -31,12 +31,6 @@ const MAX_HITS: usize = 400;
 const OVERVIEW_SHARE: f64 = 0.1;
 const OVERVIEW_MIN_BUDGET: usize = 800;
 
-/// One turn considered for the window.
-struct Turn {
-    chunk: usize,
-    why: BTreeMap<String, f64>,
-}
-
 /// The window for `question` over `plan`'s scope, or `None` when the question has no
 /// searchable words (the caller serves the unfocused window instead).
 pub(crate) fn window(
@@ -78,13 +72,7 @@ pub(crate) fn window(
         texts.insert((0, ci), t.clone());
         Ok(t)
     };
-    let turns: Vec<Turn> = scored
-        .iter()
-        .map(|t| Turn {
-            chunk: t.chunk,
-            why: t.why(),
-        })
-        .collect();
+    let turns = &scored;
     let considered = turns.len();
     // Two passes: first the distinct pieces of evidence (hits, and replies to questions
     // that hit), best first, within a share of the budget, so that a window holds many of
@@ -144,7 +132,8 @@ pub(crate) fn window(
         }
         used += c;
         taken[ti] = true;
-        let mut why = t.why.clone();
+        // Its features, named, for the turns taken only.
+        let mut why = t.why();
         why.insert("pass".to_string(), pass as f64);
         why.insert("rank".to_string(), chosen.len() as f64 + 1.0);
         chosen.push(Excerpt {

@@ -642,16 +642,7 @@ fn answer(
                 }
             ));
         }
-        return Ok(Some(Selection {
-            cited: picked.iter().map(|&i| cands[i].to_quote()).collect(),
-            rounds: picked.iter().map(|&i| cands[i].round).collect(),
-            covered: covered
-                .into_iter()
-                .filter(|t| idf.contains_key(t))
-                .collect(),
-            idf,
-            subjects: cues.subjects.iter().cloned().collect(),
-        }));
+        return Ok(Some(chosen_of(&cands, &picked, covered, idf, cues)));
     }
     let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
     // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
@@ -727,7 +718,19 @@ fn answer(
             }
         ));
     }
-    Ok(Some(Selection {
+    Ok(Some(chosen_of(&cands, &order, covered, idf, cues)))
+}
+
+/// The selection citing `cands[order]`, in that order, covering the question terms of
+/// `covered` that `idf` weighs.
+fn chosen_of(
+    cands: &[Cand],
+    order: &[usize],
+    covered: BTreeSet<String>,
+    idf: BTreeMap<String, f64>,
+    cues: &Cues,
+) -> Selection {
+    Selection {
         cited: order.iter().map(|&i| cands[i].to_quote()).collect(),
         rounds: order.iter().map(|&i| cands[i].round).collect(),
         covered: covered
@@ -736,7 +739,7 @@ fn answer(
             .collect(),
         idf,
         subjects: cues.subjects.iter().cloned().collect(),
-    }))
+    }
 }
 
 /// A turn after the first is cited when its own evidence (retrieval plus reply credit) is

@@ -145,9 +145,27 @@ pub(super) fn retrieve(
         frontier = down;
     }
     fulls.truncate(read_cap.max(cfg.min_keep));
-    // How well each chunk as a whole matched (normalised to the best): a sentence inherits
-    // some of its chunk's evidence, so the right passage beats a stray short sentence.
-    let chunk_rank: HashMap<NodeId, f64> = {
+    // A question with one answer: the turns ranked in their conversation (what the
+    // question-focused window ranks by) are read too, and are how well each chunk matched.
+    // Not when the strategy reads without searching (`peek`), searches partition by
+    // partition (`partition_map`) or answers from the coarse levels (`summarize`).
+    let searches_turns = !matches!(
+        cfg.strategy,
+        Strategy::Peek | Strategy::PartitionMap | Strategy::Summarize
+    );
+    let mut turns = Vec::new();
+    let chunk_rank: HashMap<NodeId, f64> = if searches_turns && !super::wants_set(ex, question) {
+        turns = ranked_turns(ex, question)?;
+        for t in turns.iter().take(keep) {
+            if !fulls.contains(&t.id) {
+                fulls.push(t.id);
+            }
+        }
+        turns.iter().map(|t| (t.id, t.share)).collect()
+    } else {
+        // How well each chunk as a whole matched (normalised to the best): a sentence
+        // inherits some of its chunk's evidence, so the right passage beats a stray short
+        // sentence.
         let best = ex
             .working
             .iter()
@@ -159,25 +177,6 @@ pub(super) fn retrieve(
             .map(|(id, s)| (*id, (*s / best) as f64))
             .collect()
     };
-    // A question with one answer: the turns ranked in their conversation (what the
-    // question-focused window ranks by) are read too, and are how well each chunk matched.
-    // Not when the strategy reads without searching (`peek`), searches partition by
-    // partition (`partition_map`) or answers from the coarse levels (`summarize`).
-    let mut chunk_rank = chunk_rank;
-    let mut turns = Vec::new();
-    let searches_turns = !matches!(
-        cfg.strategy,
-        Strategy::Peek | Strategy::PartitionMap | Strategy::Summarize
-    );
-    if searches_turns && !super::wants_set(ex, question) {
-        turns = ranked_turns(ex, question)?;
-        for t in turns.iter().take(keep) {
-            if !fulls.contains(&t.id) {
-                fulls.push(t.id);
-            }
-        }
-        chunk_rank = turns.iter().map(|t| (t.id, t.share)).collect();
-    }
     ex.working = fulls.iter().map(|id| (*id, 0.0)).collect();
     let chunks = ex.peek(&fulls)?;
     Ok(Some(Retrieved {
