@@ -269,18 +269,23 @@ fn eval_retention_keeps_key_facts_at_every_budget() {
 
 /// Regression floors, not evidence. Since the dialogue-act phrase lists were removed
 /// (issue 21: set answers by retrieval, contrast among the competing chunks and the
-/// largest score drop, no act verbs), the generated aggregate instance scores recall 0.529,
-/// precision 0.451 (1.000 / 1.000 with the lists, which were written for its phrasing) and
-/// the hand-written set questions 0.208 / 0.214 (0.806 / 0.750 with them); docs/EVAL.md.
-const AGGREGATE_RECALL: f64 = 0.5;
-const AGGREGATE_PRECISION: f64 = 0.4;
-const HANDWRITTEN_SET_RECALL: f64 = 0.2;
-const HANDWRITTEN_SET_PRECISION: f64 = 0.2;
+/// largest score drop, no act verbs), the generated aggregate instance scored recall 0.529,
+/// precision 0.411 (1.000 / 1.000 with the lists, which were written for its phrasing) and
+/// the hand-written set questions 0.208 / 0.214 (0.806 / 0.750 with them). Since set members
+/// must hold the names the question writes (`anchored`): 0.647 / 0.520 and 0.264 / 0.375;
+/// docs/EVAL.md.
+const AGGREGATE_RECALL: f64 = 0.6;
+const AGGREGATE_PRECISION: f64 = 0.5;
+const HANDWRITTEN_SET_RECALL: f64 = 0.25;
+const HANDWRITTEN_SET_PRECISION: f64 = 0.35;
 
 /// The held-out debate (data/heldout/: a school board, written and frozen before the
 /// reply work) asked its 6 set questions: recall 0.319, precision 0.370 without the act
 /// lists (0.917 / 0.856 with them, a training score: six of their phrases occur only
-/// there). The issue's target is recall ≥ 0.7 at precision ≥ 0.5; a regression floor here.
+/// there); 0.264 / 0.500 since set members must hold the question's names (one question,
+/// "Who objected to closing the Elm Street library branch?", cites its 2 best turns
+/// instead of 9, one of them gold instead of two). The issue's target is recall ≥ 0.7 at
+/// precision ≥ 0.5; a regression floor here.
 #[test]
 fn eval_heldout_set_questions_stay_above_the_target() {
     let dir = tempfile::tempdir().unwrap();
@@ -303,7 +308,7 @@ fn eval_heldout_set_questions_stay_above_the_target() {
     );
     let (recall, precision) = report.citation_scores("handwritten_set").unwrap();
     assert!(
-        recall >= 0.3 && precision >= 0.35,
+        recall >= 0.25 && precision >= 0.45,
         "held-out handwritten_set: recall {recall:.3}, precision {precision:.3}"
     );
 }
@@ -365,10 +370,10 @@ fn eval_aggregate_cites_every_supporting_turn() {
         "aggregate: recall {recall:.3}, precision {precision:.3}; set answers off: {old_recall:.3}, {old_precision:.3}"
     );
     // Set answers off, each question is answered as one: the best `max_citations` turns
-    // of the conversation's ranking. Measured: set answers 0.529 / 0.411, off 0.549 /
+    // of the conversation's ranking. Measured: set answers 0.647 / 0.520, off 0.549 /
     // 0.392 (before single answers cited ranked turns, off was 0.418 / 0.676). Set answers
     // cite what supports the question rather than the best three turns: more precise, with
-    // about the same recall.
+    // at least about the same recall.
     assert!(
         precision > old_precision && recall >= old_recall - 0.05,
         "set answers: {recall:.3} / {precision:.3}, off: {old_recall:.3} / {old_precision:.3}"

@@ -354,6 +354,7 @@ fn gather_set(
     let idf = question.weights().clone();
     let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     with_replies(ex, &mut cands, &chunks, &replies, &idf, cues);
+    anchored(&mut cands, question.names());
     contrast(&mut cands, &idf);
     // One candidate per chunk: its best eligible sentence (or pair).
     let mut best_of: BTreeMap<NodeId, usize> = BTreeMap::new();
@@ -389,6 +390,45 @@ fn gather_set(
             .collect(),
         chunks: chunks.len(),
     }))
+}
+
+/// Keeps to the set's anchor: the names a set question writes ("Which members objected to
+/// the *Sharynvun* bridge toll?") restrict what it asks about, so a chunk that holds none of
+/// them — in its sentences or its speaker/round label — is no member, whatever other word
+/// of the question it holds ("the deadline of danger…" for "Which deadlines were set for
+/// the Sharynvun toll?"). Only when some chunk read holds every name the chunks hold at
+/// all; a name no chunk holds restricts nothing. Zeroes the others' evidence.
+fn anchored(cands: &mut [Cand], names: &std::collections::HashSet<String>) {
+    if names.is_empty() {
+        return;
+    }
+    let mut terms_of: BTreeMap<NodeId, BTreeSet<&str>> = BTreeMap::new();
+    for c in cands.iter().filter(|c| c.own > 0.0) {
+        let e = terms_of.entry(c.node).or_default();
+        e.extend(c.tf.keys().map(String::as_str));
+        e.extend(c.ctx.iter().map(String::as_str));
+    }
+    let held: BTreeSet<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|t| terms_of.values().any(|ts| ts.contains(t)))
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    let members: BTreeSet<NodeId> = terms_of
+        .iter()
+        .filter(|(_, ts)| held.iter().all(|t| ts.contains(t)))
+        .map(|(n, _)| *n)
+        .collect();
+    if members.is_empty() {
+        return;
+    }
+    for c in cands.iter_mut() {
+        if !members.contains(&c.node) {
+            c.own = 0.0;
+        }
+    }
 }
 
 /// Re-scores set candidates by what tells them apart. The chunks a set question reads were
