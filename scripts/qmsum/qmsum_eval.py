@@ -55,6 +55,16 @@ What it measures, side by side in one run
     ROUGE is computed on the text with markup removed, identically for every method: lines
     starting `## ` dropped, a leading speaker label (`Speaker: `, or strata's
     `Speaker (round R): `) removed from each line. Speaker and round labels are NOT scored.
+(c) The unfocused windows again, at fixed budgets (`--auto-budgets`, default 1000 and 2000
+    cl100k tokens: where an agent's context is, and where the issue's key-fact targets are),
+    judged by the meeting's specific queries instead of its summary: for each query, the
+    share of its gold turns' *substantive* sentences (three content words or more, by the
+    analyser below) found verbatim in the window text, by bytes, and whether any one is.
+    Verbatim and sentence-level, so that a window is credited only with what it shows of a
+    turn (the `text` measure of (a) credits vocabulary that occurs anywhere, and random
+    sentences score well on it). Same methods as (b) — strata `auto`, LexRank, TextRank,
+    first and last N tokens, random sentences — each packed to the budget as in (b). What
+    people ask about a meeting is a human label of what in it matters.
 
 Input to every method (cleaned identically for all): each turn's `content` with the
 transcription markers `{disfmarker}`, `{vocalsound}`, `{gap}`, `{pause}`, `{comment}`,
@@ -466,6 +476,25 @@ def held_text(text: str, m: Meeting, idx: TurnIndex, gold: list[int]) -> tuple[i
     return hit, den
 
 
+def substantive_held(m: Meeting, gold: list[int], text: str) -> tuple[int, int]:
+    """(bytes of the gold turns' substantive sentences -- three content words or more --
+    that occur verbatim in `text`, bytes of all of them). Sentence-level and verbatim, so
+    that a window is credited only with what it shows of a turn, not with vocabulary that
+    happens to occur elsewhere in it."""
+    want = set(gold)
+    got = size = 0
+    for i, a, b in m.sentences:
+        if i not in want:
+            continue
+        sent = m.turns[i][1][a:b].strip()
+        if len(analyse(sent)) < 3:
+            continue
+        size += len(sent.encode())
+        if sent in text:
+            got += len(sent.encode())
+    return got, size
+
+
 def score(m: Meeting, idx: TurnIndex, gold: list[int], held: dict, text: str) -> dict:
     hit, den = held_text(text, m, idx, gold)
     got, size = gold_bytes_held(m, gold, held)
@@ -603,6 +632,11 @@ def run() -> int:
     ap.add_argument("--split", choices=["val", "test", "train"], default="val")
     ap.add_argument("--limit", type=int, default=0, help="the first N meetings (by name); 0 = all")
     ap.add_argument("--budgets", default="500,1000,2000")
+    ap.add_argument(
+        "--auto-budgets",
+        default="1000,2000",
+        help="budgets of the unfocused windows judged by the queries' gold turns (c); empty = skip",
+    )
     ap.add_argument("--strata", default="target/debug/strata", help="the strata binary")
     ap.add_argument("--workdir", default="target/qmsum-work")
     ap.add_argument("--out", help="the results JSON (default WORKDIR/results-SPLIT.json)")
@@ -617,6 +651,12 @@ def run() -> int:
         budgets = []
     if not budgets or min(budgets) < 1:
         ap.error("--budgets: positive integers, comma-separated")
+    try:
+        auto_budgets = [int(b) for b in a.auto_budgets.split(",") if b.strip()]
+    except ValueError:
+        auto_budgets = [0]
+    if auto_budgets and min(auto_budgets) < 1:
+        ap.error("--auto-budgets: positive integers, comma-separated, or empty")
 
     global ENC
     ENC, cl100k_path = load_cl100k()
@@ -678,10 +718,13 @@ def run() -> int:
             timing["strata_auto"] += time.time() - t
             texts["strata_auto"] = w["text"]
             row["strata_auto_parts"] = sorted({nd.get("part", "") for nd in w["nodes"]})
+        rankings = {}
         for key, cls in (("lexrank", RankedLexRank), ("textrank", RankedTextRank)):
             t = time.time()
-            texts[key] = sentence_window(m, sumy_ranking(cls, m), n)
+            rankings[key] = sumy_ranking(cls, m)
+            texts[key] = sentence_window(m, rankings[key], n)
             timing[key] += time.time() - t
+        lex_rank, text_rank = rankings["lexrank"], rankings["textrank"]
         whole = "\n".join(m.line(i) for i in m.live)
         texts["first_n"] = cut_tokens(whole, n, tail=False)
         texts["last_n"] = cut_tokens(whole, n, tail=True)
@@ -697,6 +740,33 @@ def run() -> int:
             rouge[key]["tokens"] = ntok(text)
             rouge[key]["scored_tokens"] = ntok(scored)
         row["rouge"] = rouge
+
+        # (c) unfocused windows at fixed budgets, judged by the turns the meeting's specific
+        # queries mark relevant: does a window that knows no question keep what people ask about?
+        if auto_budgets and m.queries:
+            kept = {}
+            for b in auto_budgets:
+                wins = {}
+                if strata is not None:
+                    t = time.time()
+                    wins["strata_auto"] = strata.window(m, b)["text"]
+                    timing["strata_auto"] += time.time() - t
+                wins["lexrank"] = sentence_window(m, lex_rank, b)
+                wins["textrank"] = sentence_window(m, text_rank, b)
+                wins["first_n"] = cut_tokens(whole, b, tail=False)
+                wins["last_n"] = cut_tokens(whole, b, tail=True)
+                wins["random"] = sentence_window(m, shuffled, b)
+                per = {}
+                for key, text in wins.items():
+                    share, anyg = [], []
+                    for q in m.queries:
+                        got, size = substantive_held(m, q["gold"], text)
+                        if size:
+                            share.append(got / size)
+                            anyg.append(1.0 if got else 0.0)
+                    per[key] = {"share": share, "any": anyg}
+                kept[str(b)] = per
+            row["kept"] = kept
 
         # (a) question-focused windows.
         t = time.time()
@@ -773,6 +843,15 @@ def run() -> int:
                 "queries": len(strict),
             }
         recall[str(b)] = rb
+    kept_means = {}
+    for b in auto_budgets:
+        kb = {}
+        for key in ROUGE_METHODS:
+            rec = [x for r in per_meeting if "kept" in r and key in r["kept"][str(b)] for x in r["kept"][str(b)][key]["share"]]
+            anyg = [x for r in per_meeting if "kept" in r and key in r["kept"][str(b)] for x in r["kept"][str(b)][key]["any"]]
+            if rec:
+                kb[key] = {"share": mean(rec), "any": mean(anyg), "queries": len(rec)}
+        kept_means[str(b)] = kb
     rouge_means = {}
     for key in ROUGE_METHODS:
         rows = [r["rouge"][key] for r in per_meeting if key in r["rouge"]]
@@ -800,6 +879,7 @@ def run() -> int:
         "queries": len(per_query),
         "settings": {
             "budgets": budgets,
+            "auto_budgets": auto_budgets,
             "for_impl": for_impl,
             "for_note": for_note,
             "seed": a.seed,
@@ -814,6 +894,7 @@ def run() -> int:
         "timing_seconds": {k: round(v, 1) for k, v in timing.items()},
         "recall": recall,
         "rouge": rouge_means,
+        "kept": kept_means,
         "per_meeting": per_meeting,
         "per_query": per_query,
     }
@@ -891,6 +972,21 @@ def markdown(r: dict) -> str:
                 f"| {names[k]} | {100 * x['rouge1']:.2f} | {100 * x['rouge2']:.2f} | {100 * x['rougeL']:.2f} "
                 f"| {x['tokens']:.0f} | {x['scored_tokens']:.0f} |"
             )
+    kept = r.get("kept") or {}
+    if any(kept.values()):
+        lines += [
+            "",
+            "Unfocused windows at fixed budgets, judged by the turns the meeting's specific queries "
+            "mark relevant (their sentences of three content words or more, found verbatim in the "
+            "window: share = their bytes held, any = at least one held; mean over queries):",
+            "",
+            "| budget | method | gold text held | queries with some held |",
+            "|--:|---|--:|--:|",
+        ]
+        for b, kb in kept.items():
+            for k in ROUGE_METHODS:
+                if k in kb:
+                    lines.append(f"| {int(b):,} | {names[k]} | {pct(kb[k]['share'])} | {pct(kb[k]['any'])} |")
     tm = r["token_count_mismatches"]
     if tm:
         lines += ["", f"strata windows: {tm['windows']}, token counts differing from tiktoken's: {tm['mismatched']}."]

@@ -179,6 +179,17 @@ class Pieces(unittest.TestCase):
         self.assertEqual(q.held_text("the remote budget", self.m, idx, [2, 3]), (0, 1))
         self.assertEqual(q.held_text("budget remote control", self.m, idx, [2, 3]), (1, 1))
 
+    def test_substantive_sentences_count_only_when_held_verbatim(self):
+        t2 = "The budget for the remote control is twelve euros ."
+        t4 = "We should use a rubber case for the remote ."
+        window = "## Overview\nProject Manager (round 1): " + t2 + "\nIndustrial Designer: It is soft ."
+        # Turn 2's one sentence is held; "Yeah ." (turn 3) has no content word: not counted.
+        self.assertEqual(q.substantive_held(self.m, [2, 3], window), (len(t2), len(t2)))
+        # Turn 4: "It is soft ." is held but has one content word; its substantive sentence is not.
+        self.assertEqual(q.substantive_held(self.m, [4], window), (0, len(t4)))
+        # The same words elsewhere in the window, not the sentence: not held.
+        self.assertEqual(q.substantive_held(self.m, [4], "rubber case remote, we should use"), (0, len(t4)))
+
     def test_bm25_ranks_the_matching_turn_first(self):
         idx = q.TurnIndex(self.m)
         self.assertEqual(idx.packed("rubber case", 10_000), [4])
@@ -206,7 +217,15 @@ class EndToEnd(unittest.TestCase):
             self.assertAlmostEqual(big["strata"]["gold_text_share"], (10 / g1 + 0) / 2)
             self.assertAlmostEqual(big["ceiling"]["strict"], 1.0)
             self.assertAlmostEqual(big["bm25_fill"]["strict"], 1.0)
-            self.assertEqual(r["token_count_mismatches"], {"windows": 2 + 2 * 2 * 2, "mismatched": 0})
+            # Per meeting: one `auto` window at the summary's length, one per --auto-budgets
+            # value (1000, 2000), one `--for` window per query and budget.
+            self.assertEqual(r["token_count_mismatches"], {"windows": 2 + 2 * 2 + 2 * 2 * 2, "mismatched": 0})
+            # (c): the fake's `auto` window is the first turn ("Hello everyone ."), which
+            # holds no gold sentence; the first 1,000 tokens are the whole transcript.
+            self.assertEqual(r["settings"]["auto_budgets"], [1000, 2000])
+            self.assertEqual(r["kept"]["1000"]["strata_auto"], {"share": 0.0, "any": 0.0, "queries": 4})
+            self.assertEqual(r["kept"]["1000"]["first_n"], {"share": 1.0, "any": 1.0, "queries": 4})
+            self.assertIn("| 2,000 | strata `auto` | 0.0 % | 0.0 % |", md)
             self.assertIn("strata_auto", r["rouge"])
             self.assertIn("| 5,000 | strata `--for` |", md)
             self.assertIn("| strata `auto` |", md)
