@@ -14,10 +14,10 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 962 of 1000 tokens, 22 node(s), 38 omitted
-            nodes: full × 13, summary × 5, detailed × 4
+            auto level, 972 of 1000 tokens, 23 node(s), 41 omitted
+            nodes: full × 17, summary × 2, detailed × 4
             ## Overview (salient sentences)
-            ## Round 39-43 (summary)
+            ## Round 42-43 (summary)
             ## Round 44 (detailed)
         "#]],
     );
@@ -30,10 +30,10 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3963 of 4000 tokens, 93 node(s), 14 omitted
-            nodes: full × 60, summary × 29, full × 4
+            auto level, 3962 of 4000 tokens, 95 node(s), 27 omitted
+            nodes: full × 75, summary × 16, full × 4
             ## Overview (salient sentences)
-            ## Round 15-43 (summary)
+            ## Round 28-43 (summary)
             ## Round 44 (full)
         "#]],
     );

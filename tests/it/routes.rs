@@ -309,28 +309,28 @@ async fn the_debate_routes() {
               "tokens": 16
             },
             {
-              "content": "Buses cost 35 million for twelve routes; I propose buses.",
+              "content": "The 2029 audit found the tram estimate low by a fifth.",
               "id": "<string>",
               "key_topics": [
-                "buses",
-                "million",
-                "propose",
-                "routes",
-                "twelve",
-                "cost"
+                "estimate",
+                "audit",
+                "fifth",
+                "found",
+                "tram",
+                "low"
               ],
               "level": "full",
               "token_count": 14,
               "tokens": 14
             }
           ],
-          "omitted": 2,
+          "omitted": 1,
           "pending_turns": 0,
           "scope": "d",
           "stale_levels": [],
           "text": "## Overview (salient sentences)\nalice (round 1): The tram line would cost 240 million euros and open…",
-          "token_count": 49,
-          "tokens": 49
+          "token_count": 56,
+          "tokens": 56
         }
         POST query-rlm -> 200
         {
