@@ -782,6 +782,9 @@ fn chosen_of(
     }
 }
 
+/// A cited turn's rank in its conversation and its named features.
+type TurnWhy = (usize, BTreeMap<String, f64>);
+
 /// A turn after the first is cited when its own evidence (retrieval plus reply credit) is
 /// at least this share of the best hit's: what makes a turn evidence of its own in the
 /// question-focused window (its first pass), so that a turn that only sits near a hit is
@@ -795,7 +798,6 @@ const EVIDENCE_SHARE: f64 = crate::corpus::turns::EVIDENCE_FLOOR;
 /// question that matched, by its opening (added to `cands`). Returns the candidates'
 /// indices, best turn first, with each turn's rank and features; None when no turn was
 /// ranked or read.
-#[allow(clippy::type_complexity)]
 fn by_turn(
     ex: &Explorer<'_>,
     chunks: &[crate::node::Node],
@@ -803,7 +805,7 @@ fn by_turn(
     subjects: &std::collections::HashSet<String>,
     cands: &mut Vec<Cand>,
     max: usize,
-) -> Option<(Vec<usize>, Vec<(usize, BTreeMap<String, f64>)>)> {
+) -> Option<(Vec<usize>, Vec<TurnWhy>)> {
     let mut picked: Vec<usize> = Vec::new();
     let mut whys = Vec::new();
     // A question that names a speaker as the one speaking ("what did chen propose") asks
@@ -826,7 +828,7 @@ fn by_turn(
         if picked.len() >= max.max(1) {
             break;
         }
-        if !picked.is_empty() && t.direct < EVIDENCE_SHARE {
+        if !picked.is_empty() && t.scores.direct() < EVIDENCE_SHARE {
             continue;
         }
         if let Some(i) = cands.iter().position(|c| c.node == t.id) {

@@ -25,11 +25,9 @@ pub(super) struct RankedTurn {
     pub(super) id: NodeId,
     /// Its score over the best turn's.
     pub(super) share: f64,
-    /// Its own evidence (its retrieval score plus its reply credit, over the best hit's):
-    /// at least `turns::EVIDENCE_FLOOR` makes it evidence of its own.
-    pub(super) direct: f64,
-    /// Its scores, whose named features (`TurnScore::why`) the history shows for a cited
-    /// turn.
+    /// Its scores: its own evidence (`TurnScore::direct`, at least `turns::EVIDENCE_FLOOR`
+    /// for a turn that is evidence of its own) and the named features (`TurnScore::why`)
+    /// the history shows for a cited turn.
     pub(super) scores: crate::corpus::turns::TurnScore,
 }
 
@@ -208,7 +206,6 @@ fn ranked_turns(ex: &mut Explorer<'_>, question: &Question) -> Result<Vec<Ranked
             RankedTurn {
                 id: ex.trees.plans[t.plan].chunks[t.chunk].full,
                 share: t.score() / best,
-                direct: t.direct(),
                 scores: *t,
             }
         })
