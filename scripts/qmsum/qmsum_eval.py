@@ -59,7 +59,9 @@ What it measures, side by side in one run
     cl100k tokens: where an agent's context is, and where the issue's key-fact targets are),
     judged by the meeting's specific queries instead of its summary: for each query, the
     share of its gold turns' *substantive* sentences (three content words or more, by the
-    analyser below) found verbatim in the window text, by bytes, and whether any one is.
+    analyser below) found verbatim in the window text, by bytes and by count (a long
+    sentence weighs more by bytes, each one the same by count: a key fact is one sentence),
+    and whether any one is.
     Verbatim and sentence-level, so that a window is credited only with what it shows of a
     turn (the `text` measure of (a) credits vocabulary that occurs anywhere, and random
     sentences score well on it). Same methods as (b) — strata `auto`, LexRank, TextRank,
@@ -495,6 +497,22 @@ def substantive_held(m: Meeting, gold: list[int], text: str) -> tuple[int, int]:
     return got, size
 
 
+def substantive_count_held(m: Meeting, gold: list[int], text: str) -> tuple[int, int]:
+    """(how many of the gold turns' substantive sentences occur verbatim in `text`, how many
+    there are): `substantive_held` by count instead of bytes."""
+    want = set(gold)
+    got = n = 0
+    for i, a, b in m.sentences:
+        if i not in want:
+            continue
+        sent = m.turns[i][1][a:b].strip()
+        if len(analyse(sent)) < 3:
+            continue
+        n += 1
+        got += sent in text
+    return got, n
+
+
 def score(m: Meeting, idx: TurnIndex, gold: list[int], held: dict, text: str) -> dict:
     hit, den = held_text(text, m, idx, gold)
     got, size = gold_bytes_held(m, gold, held)
@@ -758,13 +776,15 @@ def run() -> int:
                 wins["random"] = sentence_window(m, shuffled, b)
                 per = {}
                 for key, text in wins.items():
-                    share, anyg = [], []
+                    share, anyg, sents = [], [], []
                     for q in m.queries:
                         got, size = substantive_held(m, q["gold"], text)
                         if size:
+                            k, n_sents = substantive_count_held(m, q["gold"], text)
                             share.append(got / size)
+                            sents.append(k / n_sents)
                             anyg.append(1.0 if got else 0.0)
-                    per[key] = {"share": share, "any": anyg}
+                    per[key] = {"share": share, "sentences": sents, "any": anyg}
                 kept[str(b)] = per
             row["kept"] = kept
 
@@ -849,8 +869,9 @@ def run() -> int:
         for key in ROUGE_METHODS:
             rec = [x for r in per_meeting if "kept" in r and key in r["kept"][str(b)] for x in r["kept"][str(b)][key]["share"]]
             anyg = [x for r in per_meeting if "kept" in r and key in r["kept"][str(b)] for x in r["kept"][str(b)][key]["any"]]
+            sents = [x for r in per_meeting if "kept" in r and key in r["kept"][str(b)] for x in r["kept"][str(b)][key]["sentences"]]
             if rec:
-                kb[key] = {"share": mean(rec), "any": mean(anyg), "queries": len(rec)}
+                kb[key] = {"share": mean(rec), "sentences": mean(sents), "any": mean(anyg), "queries": len(rec)}
         kept_means[str(b)] = kb
     rouge_means = {}
     for key in ROUGE_METHODS:
@@ -978,15 +999,19 @@ def markdown(r: dict) -> str:
             "",
             "Unfocused windows at fixed budgets, judged by the turns the meeting's specific queries "
             "mark relevant (their sentences of three content words or more, found verbatim in the "
-            "window: share = their bytes held, any = at least one held; mean over queries):",
+            "window: gold text held = their bytes held, sentences held = their number held, "
+            "some held = at least one held; mean over queries):",
             "",
-            "| budget | method | gold text held | queries with some held |",
-            "|--:|---|--:|--:|",
+            "| budget | method | gold text held | gold sentences held | queries with some held |",
+            "|--:|---|--:|--:|--:|",
         ]
         for b, kb in kept.items():
             for k in ROUGE_METHODS:
                 if k in kb:
-                    lines.append(f"| {int(b):,} | {names[k]} | {pct(kb[k]['share'])} | {pct(kb[k]['any'])} |")
+                    lines.append(
+                        f"| {int(b):,} | {names[k]} | {pct(kb[k]['share'])} | {pct(kb[k].get('sentences'))} "
+                        f"| {pct(kb[k]['any'])} |"
+                    )
     tm = r["token_count_mismatches"]
     if tm:
         lines += ["", f"strata windows: {tm['windows']}, token counts differing from tiktoken's: {tm['mismatched']}."]

@@ -189,6 +189,9 @@ class Pieces(unittest.TestCase):
         self.assertEqual(q.substantive_held(self.m, [4], window), (0, len(t4)))
         # The same words elsewhere in the window, not the sentence: not held.
         self.assertEqual(q.substantive_held(self.m, [4], "rubber case remote, we should use"), (0, len(t4)))
+        # By count: one of turn 2's one substantive sentence, none of turn 4's one.
+        self.assertEqual(q.substantive_count_held(self.m, [2, 3], window), (1, 1))
+        self.assertEqual(q.substantive_count_held(self.m, [2, 4], window), (1, 2))
 
     def test_bm25_ranks_the_matching_turn_first(self):
         idx = q.TurnIndex(self.m)
@@ -223,9 +226,9 @@ class EndToEnd(unittest.TestCase):
             # (c): the fake's `auto` window is the first turn ("Hello everyone ."), which
             # holds no gold sentence; the first 1,000 tokens are the whole transcript.
             self.assertEqual(r["settings"]["auto_budgets"], [1000, 2000])
-            self.assertEqual(r["kept"]["1000"]["strata_auto"], {"share": 0.0, "any": 0.0, "queries": 4})
-            self.assertEqual(r["kept"]["1000"]["first_n"], {"share": 1.0, "any": 1.0, "queries": 4})
-            self.assertIn("| 2,000 | strata `auto` | 0.0 % | 0.0 % |", md)
+            self.assertEqual(r["kept"]["1000"]["strata_auto"], {"share": 0.0, "sentences": 0.0, "any": 0.0, "queries": 4})
+            self.assertEqual(r["kept"]["1000"]["first_n"], {"share": 1.0, "sentences": 1.0, "any": 1.0, "queries": 4})
+            self.assertIn("| 2,000 | strata `auto` | 0.0 % | 0.0 % | 0.0 % |", md)
             self.assertIn("strata_auto", r["rouge"])
             self.assertIn("| 5,000 | strata `--for` |", md)
             self.assertIn("| strata `auto` |", md)

@@ -14,8 +14,8 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 972 of 1000 tokens, 23 node(s), 41 omitted
-            nodes: full × 17, summary × 2, detailed × 4
+            auto level, 969 of 1000 tokens, 24 node(s), 41 omitted
+            nodes: full × 18, summary × 2, detailed × 4
             ## Overview (salient sentences)
             ## Round 42-43 (summary)
             ## Round 44 (detailed)
@@ -30,8 +30,8 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3962 of 4000 tokens, 95 node(s), 27 omitted
-            nodes: full × 75, summary × 16, full × 4
+            auto level, 3961 of 4000 tokens, 97 node(s), 27 omitted
+            nodes: full × 77, summary × 16, full × 4
             ## Overview (salient sentences)
             ## Round 28-43 (summary)
             ## Round 44 (full)
