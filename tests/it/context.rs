@@ -14,8 +14,8 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 969 of 1000 tokens, 24 node(s), 41 omitted
-            nodes: full × 18, summary × 2, detailed × 4
+            auto level, 995 of 1000 tokens, 25 node(s), 41 omitted
+            nodes: full × 19, summary × 2, detailed × 4
             ## Overview (salient sentences)
             ## Round 42-43 (summary)
             ## Round 44 (detailed)
@@ -30,7 +30,7 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3961 of 4000 tokens, 97 node(s), 27 omitted
+            auto level, 3975 of 4000 tokens, 97 node(s), 27 omitted
             nodes: full × 77, summary × 16, full × 4
             ## Overview (salient sentences)
             ## Round 28-43 (summary)

@@ -85,7 +85,7 @@ pub(crate) fn window(
     if budget >= OVERVIEW_MIN_BUDGET {
         let abs = super::overview(plan, &corpus.node(&plan.abstract_id, now)?);
         let limit = (OVERVIEW_SHARE * budget as f64) as usize;
-        if let Some(item) = super::summary_of_whole(corpus, plan, &abs, limit, now)? {
+        if let Some(item) = super::summary_of_whole(corpus, plan, &abs, limit, now, &[])? {
             used += token::count(&item.render()) + 2;
             overview = Some(item);
         }

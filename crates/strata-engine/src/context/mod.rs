@@ -499,6 +499,7 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     };
     let abs = overview(plan, &corpus.node(&plan.abstract_id, now)?);
     let mut whole = None;
+    let first_limit = (OVERVIEW_SHARE * budget as f64) as usize;
     // The whole ABSTRACT only for scopes too large to rank whole (`overview::salient`). Its
     // cost is counted only there: a count needs the tokenizer, which a command loads on
     // another thread while it reads the store (`token::warm`).
@@ -509,13 +510,7 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
         p.used += c;
         p.items[OVERVIEW] = Some(abs);
     } else {
-        if let Some(trimmed) = summary_of_whole(
-            corpus,
-            plan,
-            &abs,
-            (OVERVIEW_SHARE * budget as f64) as usize,
-            now,
-        )? {
+        if let Some(trimmed) = summary_of_whole(corpus, plan, &abs, first_limit, now, &[])? {
             p.used += cost(&trimmed);
             p.items[OVERVIEW] = Some(trimmed);
         }
@@ -554,18 +549,40 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
             break;
         }
     }
-    // What the groups left unused goes to a trimmed overview: more of the whole.
+    // What the groups left unused goes to a trimmed overview: more of the whole, and no
+    // sentence that a round placed below it shows (at any level).
+    let shown: Vec<Option<&str>> = (0..n)
+        .map(|gi| p.items[gi + 1].as_ref().map(|it| it.body.as_str()))
+        .collect();
+    let quoted_again = shown.iter().any(Option::is_some);
     if let Some(abs) = whole
-        && p.used < budget
+        && (p.used < budget || quoted_again)
     {
         let had = p.items[OVERVIEW].as_ref().map_or(0, cost);
         let room = had + (budget - p.used);
-        if let Some(trimmed) = summary_of_whole(corpus, plan, &abs, room, now)? {
+        // Chosen again without a round shown whole, the overview first gets the limit it
+        // was given plus what is left — it counts its parts' tokens one by one, more than
+        // its text takes (a label's ": " and a line break often merge with the words
+        // beside them), so what it drops would otherwise not be filled again; its exact
+        // count decides — and then what its text measured plus what is left.
+        let mut limits = vec![room];
+        if quoted_again {
+            limits.insert(0, first_limit.max(had) + (budget - p.used));
+            limits.dedup();
+        }
+        for limit in limits {
+            let Some(trimmed) = summary_of_whole(corpus, plan, &abs, limit, now, &shown)? else {
+                continue;
+            };
             let c = cost(&trimmed);
-            if c > had && p.used - had + c <= budget {
+            if p.used - had + c > budget {
+                continue;
+            }
+            if c > had || quoted_again {
                 p.used = p.used - had + c;
                 p.items[OVERVIEW] = Some(trimmed);
             }
+            break;
         }
     }
     let omitted = p.items.iter().skip(1).filter(|i| i.is_none()).count();
@@ -581,8 +598,9 @@ fn summary_of_whole(
     abs: &Item,
     limit: usize,
     now: u64,
+    shown: &[Option<&str>],
 ) -> Result<Option<Item>> {
-    if let Some(item) = overview::salient(corpus, plan, limit, now)? {
+    if let Some(item) = overview::salient(corpus, plan, limit, now, shown)? {
         return Ok(Some(item));
     }
     Ok(trim_overview(abs.clone(), limit))
@@ -779,6 +797,84 @@ mod tests {
         };
         e.ingest("d", &[file], 0).unwrap();
         e
+    }
+
+    /// The overview is chosen again, once the rounds are placed, without the sentences
+    /// they show: a sentence is never quoted twice in one window.
+    #[tokio::test]
+    async fn an_auto_overview_quotes_nothing_of_a_round_the_window_shows_whole() {
+        let e = Engine::in_memory(Config::default()).unwrap();
+        let filler = [
+            "The weather in the valley stayed mild for most of the season",
+            "Several residents wrote letters about the parking near the market",
+            "A report on the old mill was read into the record without comment",
+            "The clerk noted that the minutes of the last session were approved",
+        ];
+        let mut sources = Vec::new();
+        for r in 1..=12u32 {
+            for (k, sp) in ["ana", "ben", "cy"].into_iter().enumerate() {
+                let mut text = format!("{} in round {r}.", filler[(r as usize + k) % 4]);
+                if [2, 5, 9, 12].contains(&r) && k == (r as usize) % 3 {
+                    text.push_str(&format!(
+                        " The Zuquin bridge toll of {} million dollars was put to the vote by {sp}.",
+                        r * 7
+                    ));
+                }
+                let t = Turn {
+                    round: r,
+                    speaker: sp.to_string(),
+                    text,
+                    time: None,
+                };
+                sources.push(turn_input(format!("d#{r}-{sp}"), t).unwrap());
+            }
+        }
+        let bytes = sources.iter().map(|s| s.text.len() as u64).sum();
+        let file = InputFile {
+            path: "d.jsonl".into(),
+            kind: ScopeKind::Debate,
+            sources,
+            bytes,
+        };
+        e.ingest("d", &[file], 0).unwrap();
+        let mut checked = 0;
+        for budget in [150, 200, 250, 300, 400, 500, 600] {
+            let w = e
+                .context(
+                    "d",
+                    LevelChoice::Auto,
+                    budget,
+                    0,
+                    &crate::progress::NoProgress,
+                )
+                .await
+                .unwrap();
+            assert!(w.tokens <= budget);
+            let Some(overview) = w.text.strip_prefix("## Overview (salient sentences)\n") else {
+                continue;
+            };
+            let Some((overview, rounds)) = overview.split_once("\n\n## ") else {
+                continue;
+            };
+            if !rounds.contains("Round 12 (") {
+                continue;
+            }
+            checked += 1;
+            for line in overview.lines() {
+                let quoted = line.split_once("): ").map_or(line, |(_, q)| q);
+                for sentence in quoted.split_inclusive(". ") {
+                    assert!(
+                        !rounds.contains(sentence.trim()),
+                        "{budget}: {sentence:?} is quoted twice:\n{}",
+                        w.text
+                    );
+                }
+            }
+        }
+        assert!(
+            checked >= 4,
+            "windows with an overview and round 12: {checked}"
+        );
     }
 
     #[test]

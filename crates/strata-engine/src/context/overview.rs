@@ -388,12 +388,15 @@ fn compute(plan: &Plan, key: [u8; 32], texts: Vec<String>) -> std::sync::Arc<Ran
 }
 
 /// The overview of `plan`'s scope in at most `limit` tokens, or `None` when the scope is
-/// too large for it (see [`MAX_TOKENS`]) or nothing fits.
+/// too large for it (see [`MAX_TOKENS`]) or nothing fits. No sentence of a group that
+/// `shown` holds the window's text of (a round placed below the overview) and that this
+/// text quotes is chosen.
 pub(super) fn salient(
     corpus: &Corpus<'_>,
     plan: &Plan,
     limit: usize,
     now: u64,
+    shown: &[Option<&str>],
 ) -> Result<Option<Item>> {
     let _ = now;
     if plan.full_tokens > MAX_TOKENS || plan.chunks.is_empty() {
@@ -439,10 +442,35 @@ pub(super) fn salient(
         (s.score - REDUNDANCY * redundancy)
             / (s.approx_tokens() + label_cost[s.chunk]).powf(COST_POWER)
     };
+    // Sentences the window quotes below the overview: only the chunks of those rounds
+    // are read.
+    let mut quoted = vec![false; sents.len()];
+    let below: Vec<usize> = (0..plan.chunks.len())
+        .filter(|&ci| {
+            shown
+                .get(plan.chunks[ci].group)
+                .is_some_and(Option::is_some)
+        })
+        .collect();
+    if !below.is_empty() {
+        let ids: Vec<NodeId> = below.iter().map(|&ci| plan.chunks[ci].full).collect();
+        let texts: HashMap<usize, String> = below
+            .iter()
+            .zip(corpus.nodes(&ids)?)
+            .map(|(&ci, n)| (ci, n.map(|n| n.text).unwrap_or_default()))
+            .collect();
+        for (i, s) in sents.iter().enumerate() {
+            if let (Some(t), Some(Some(body))) =
+                (texts.get(&s.chunk), shown.get(plan.chunks[s.chunk].group))
+            {
+                quoted[i] = t.get(s.start..s.end).is_some_and(|x| body.contains(x));
+            }
+        }
+    }
     let mut heap: BinaryHeap<Entry> = sents
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.score > 0.0)
+        .filter(|(i, s)| s.score > 0.0 && !quoted[*i])
         .map(|(i, s)| Entry {
             key: key(s, 0.0),
             idx: i,
