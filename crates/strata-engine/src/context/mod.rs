@@ -560,11 +560,11 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
     {
         let had = p.items[OVERVIEW].as_ref().map_or(0, cost);
         let room = had + (budget - p.used);
-        // Chosen again without a round shown whole, the overview first gets the limit it
+        // Chosen again without what the rounds show, the overview first gets the limit it
         // was given plus what is left — it counts its parts' tokens one by one, more than
         // its text takes (a label's ": " and a line break often merge with the words
-        // beside them), so what it drops would otherwise not be filled again; its exact
-        // count decides — and then what its text measured plus what is left.
+        // beside them), so the room of what it drops would otherwise not be filled again;
+        // its exact count decides — and then what its text measured plus what is left.
         let mut limits = vec![room];
         if quoted_again {
             limits.insert(0, first_limit.max(had) + (budget - p.used));
@@ -802,7 +802,7 @@ mod tests {
     /// The overview is chosen again, once the rounds are placed, without the sentences
     /// they show: a sentence is never quoted twice in one window.
     #[tokio::test]
-    async fn an_auto_overview_quotes_nothing_of_a_round_the_window_shows_whole() {
+    async fn an_auto_overview_quotes_no_sentence_a_round_below_it_shows() {
         let e = Engine::in_memory(Config::default()).unwrap();
         let filler = [
             "The weather in the valley stayed mild for most of the season",
