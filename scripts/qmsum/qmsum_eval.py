@@ -478,39 +478,29 @@ def held_text(text: str, m: Meeting, idx: TurnIndex, gold: list[int]) -> tuple[i
     return hit, den
 
 
-def substantive_held(m: Meeting, gold: list[int], text: str) -> tuple[int, int]:
-    """(bytes of the gold turns' substantive sentences -- three content words or more --
-    that occur verbatim in `text`, bytes of all of them). Sentence-level and verbatim, so
-    that a window is credited only with what it shows of a turn, not with vocabulary that
-    happens to occur elsewhere in it."""
+def substantive_sentences(m: Meeting, gold: list[int]):
+    """The gold turns' *substantive* sentences (three content words or more), stripped."""
     want = set(gold)
-    got = size = 0
     for i, a, b in m.sentences:
-        if i not in want:
-            continue
-        sent = m.turns[i][1][a:b].strip()
-        if len(analyse(sent)) < 3:
-            continue
-        size += len(sent.encode())
-        if sent in text:
-            got += len(sent.encode())
-    return got, size
+        if i in want:
+            sent = m.turns[i][1][a:b].strip()
+            if len(analyse(sent)) >= 3:
+                yield sent
+
+
+def substantive_held(m: Meeting, gold: list[int], text: str) -> tuple[int, int]:
+    """(bytes of the gold turns' substantive sentences that occur verbatim in `text`, bytes
+    of all of them). Sentence-level and verbatim, so that a window is credited only with
+    what it shows of a turn, not with vocabulary that happens to occur elsewhere in it."""
+    sizes = [(len(s.encode()), s in text) for s in substantive_sentences(m, gold)]
+    return sum(n for n, held in sizes if held), sum(n for n, _ in sizes)
 
 
 def substantive_count_held(m: Meeting, gold: list[int], text: str) -> tuple[int, int]:
     """(how many of the gold turns' substantive sentences occur verbatim in `text`, how many
     there are): `substantive_held` by count instead of bytes."""
-    want = set(gold)
-    got = n = 0
-    for i, a, b in m.sentences:
-        if i not in want:
-            continue
-        sent = m.turns[i][1][a:b].strip()
-        if len(analyse(sent)) < 3:
-            continue
-        n += 1
-        got += sent in text
-    return got, n
+    held = [s in text for s in substantive_sentences(m, gold)]
+    return sum(held), len(held)
 
 
 def score(m: Meeting, idx: TurnIndex, gold: list[int], held: dict, text: str) -> dict:

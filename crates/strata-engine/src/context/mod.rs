@@ -771,18 +771,29 @@ mod tests {
     use crate::source::{InputFile, Turn, turn_input};
 
     fn debate(rounds: u32) -> Engine {
+        debate_of(rounds, &["ana", "ben"], |r, _, sp| {
+            format!(
+                "In round {r} {sp} argued that the levy should rise by {r} percent. \
+                 The committee heard the objection and moved on to other business."
+            )
+        })
+    }
+
+    /// A debate scope `d`: `rounds` rounds, a turn of each speaker in each, the text of
+    /// round `r`'s `k`-th speaker `sp` given by `text(r, k, sp)`.
+    fn debate_of(
+        rounds: u32,
+        speakers: &[&str],
+        text: impl Fn(u32, usize, &str) -> String,
+    ) -> Engine {
         let e = Engine::in_memory(Config::default()).unwrap();
         let mut sources = Vec::new();
         for r in 1..=rounds {
-            for sp in ["ana", "ben"] {
-                let text = format!(
-                    "In round {r} {sp} argued that the levy should rise by {r} percent. \
-                     The committee heard the objection and moved on to other business."
-                );
+            for (k, sp) in speakers.iter().enumerate() {
                 let t = Turn {
                     round: r,
                     speaker: sp.to_string(),
-                    text,
+                    text: text(r, k, sp),
                     time: None,
                 };
                 sources.push(turn_input(format!("d#{r}-{sp}"), t).unwrap());
@@ -803,40 +814,22 @@ mod tests {
     /// they show: a sentence is never quoted twice in one window.
     #[tokio::test]
     async fn an_auto_overview_quotes_no_sentence_a_round_below_it_shows() {
-        let e = Engine::in_memory(Config::default()).unwrap();
         let filler = [
             "The weather in the valley stayed mild for most of the season",
             "Several residents wrote letters about the parking near the market",
             "A report on the old mill was read into the record without comment",
             "The clerk noted that the minutes of the last session were approved",
         ];
-        let mut sources = Vec::new();
-        for r in 1..=12u32 {
-            for (k, sp) in ["ana", "ben", "cy"].into_iter().enumerate() {
-                let mut text = format!("{} in round {r}.", filler[(r as usize + k) % 4]);
-                if [2, 5, 9, 12].contains(&r) && k == (r as usize) % 3 {
-                    text.push_str(&format!(
-                        " The Zuquin bridge toll of {} million dollars was put to the vote by {sp}.",
-                        r * 7
-                    ));
-                }
-                let t = Turn {
-                    round: r,
-                    speaker: sp.to_string(),
-                    text,
-                    time: None,
-                };
-                sources.push(turn_input(format!("d#{r}-{sp}"), t).unwrap());
+        let e = debate_of(12, &["ana", "ben", "cy"], |r, k, sp| {
+            let mut text = format!("{} in round {r}.", filler[(r as usize + k) % 4]);
+            if [2, 5, 9, 12].contains(&r) && k == (r as usize) % 3 {
+                text.push_str(&format!(
+                    " The Zuquin bridge toll of {} million dollars was put to the vote by {sp}.",
+                    r * 7
+                ));
             }
-        }
-        let bytes = sources.iter().map(|s| s.text.len() as u64).sum();
-        let file = InputFile {
-            path: "d.jsonl".into(),
-            kind: ScopeKind::Debate,
-            sources,
-            bytes,
-        };
-        e.ingest("d", &[file], 0).unwrap();
+            text
+        });
         let mut checked = 0;
         for budget in [150, 200, 250, 300, 400, 500, 600] {
             let w = e

@@ -311,6 +311,20 @@ fn full_texts(corpus: &Corpus<'_>, plan: &Plan) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The FULL text of each of `plan`'s chunks numbered in `chunks`, by number.
+fn chunk_texts(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    chunks: &[usize],
+) -> Result<HashMap<usize, String>> {
+    let ids: Vec<NodeId> = chunks.iter().map(|&ci| plan.chunks[ci].full).collect();
+    Ok(chunks
+        .iter()
+        .zip(corpus.nodes(&ids)?)
+        .map(|(&ci, n)| (ci, n.map(|n| n.text).unwrap_or_default()))
+        .collect())
+}
+
 /// `plan`'s ranking from its chunks' `texts` (CPU only; kept in this process).
 fn compute(plan: &Plan, key: [u8; 32], texts: Vec<String>) -> std::sync::Arc<Ranked> {
     let ids: Vec<NodeId> = plan.chunks.iter().map(|c| c.full).collect();
@@ -453,12 +467,7 @@ pub(super) fn salient(
         })
         .collect();
     if !below.is_empty() {
-        let ids: Vec<NodeId> = below.iter().map(|&ci| plan.chunks[ci].full).collect();
-        let texts: HashMap<usize, String> = below
-            .iter()
-            .zip(corpus.nodes(&ids)?)
-            .map(|(&ci, n)| (ci, n.map(|n| n.text).unwrap_or_default()))
-            .collect();
+        let texts = chunk_texts(corpus, plan, &below)?;
         for (i, s) in sents.iter().enumerate() {
             if let (Some(t), Some(Some(body))) =
                 (texts.get(&s.chunk), shown.get(plan.chunks[s.chunk].group))
@@ -542,12 +551,7 @@ pub(super) fn salient(
     // The texts of the chunks picked from, read now: only those.
     let mut from: Vec<usize> = picked.iter().map(|&i| sents[i].chunk).collect();
     from.dedup();
-    let ids: Vec<NodeId> = from.iter().map(|&ci| plan.chunks[ci].full).collect();
-    let texts: HashMap<usize, String> = from
-        .iter()
-        .zip(corpus.nodes(&ids)?)
-        .map(|(&ci, n)| (ci, n.map(|n| n.text).unwrap_or_default()))
-        .collect();
+    let texts = chunk_texts(corpus, plan, &from)?;
     let text_of = |s: &Sent| texts[&s.chunk].get(s.start..s.end).unwrap_or_default();
     let mut body = String::new();
     let mut nodes: Vec<(NodeId, Level, u32)> = Vec::new();
