@@ -602,7 +602,8 @@ impl Node {
         } else if self.data.is_index() {
             256
         } else {
-            16
+            // (strata) 32, not 16: see PATCH.md, "Leaves of 32 entries".
+            32
         };
 
         let size_checks = self.data.len() > threshold;

@@ -193,6 +193,40 @@ pub struct Meta {
     pub time: Option<TimeSpan>,
 }
 
+/// A METADATA node's text: its place (speakers, rounds, time, section) and its tags, as
+/// one line. The store keeps a node whose text is this without the text (it is made
+/// again from the node's meta when read).
+pub fn tags_text(meta: &Meta, t: &Tags) -> String {
+    let mut parts = Vec::new();
+    if !meta.speakers.is_empty() {
+        parts.push(format!("speakers: {}", meta.speakers.join(", ")));
+    }
+    if let (Some(a), Some(b)) = (meta.rounds.first(), meta.rounds.last()) {
+        parts.push(if a == b {
+            format!("round: {a}")
+        } else {
+            format!("rounds: {a}-{b}")
+        });
+    }
+    if let Some(t) = &meta.time {
+        parts.push(format!("time: {}", t.date_label()));
+    }
+    if !meta.headings.is_empty() {
+        parts.push(format!("section: {}", meta.headings.join(" › ")));
+    }
+    for (name, v) in [
+        ("entities", &t.entities),
+        ("numbers", &t.numbers),
+        ("dates", &t.dates),
+        ("keywords", &t.keywords),
+    ] {
+        if !v.is_empty() {
+            parts.push(format!("{name}: {}", v.join(", ")));
+        }
+    }
+    parts.join("; ")
+}
+
 /// One node of the level tree.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {

@@ -482,7 +482,7 @@ impl Run<'_> {
             tags
         };
         let mut meta = target.meta.clone();
-        let text = render_tags(&meta, &tags);
+        let text = crate::node::tags_text(&meta, &tags);
         meta.tags = Some(tags);
         // Tags come from the FULL text beneath, never from model output: no mark.
         self.save(
@@ -553,35 +553,4 @@ pub(crate) fn merge_meta<'a>(metas: impl Iterator<Item = &'a Meta>) -> Meta {
     }
     m.rounds.sort_unstable();
     m
-}
-
-fn render_tags(meta: &Meta, t: &crate::node::Tags) -> String {
-    let mut parts = Vec::new();
-    if !meta.speakers.is_empty() {
-        parts.push(format!("speakers: {}", meta.speakers.join(", ")));
-    }
-    if let (Some(a), Some(b)) = (meta.rounds.first(), meta.rounds.last()) {
-        parts.push(if a == b {
-            format!("round: {a}")
-        } else {
-            format!("rounds: {a}-{b}")
-        });
-    }
-    if let Some(t) = &meta.time {
-        parts.push(format!("time: {}", t.date_label()));
-    }
-    if !meta.headings.is_empty() {
-        parts.push(format!("section: {}", meta.headings.join(" › ")));
-    }
-    for (name, v) in [
-        ("entities", &t.entities),
-        ("numbers", &t.numbers),
-        ("dates", &t.dates),
-        ("keywords", &t.keywords),
-    ] {
-        if !v.is_empty() {
-            parts.push(format!("{name}: {}", v.join(", ")));
-        }
-    }
-    parts.join("; ")
 }

@@ -136,7 +136,7 @@ impl Engine {
                 let l = &mut b.levels[n.level];
                 l.nodes += 1;
                 l.text += n.text.len() as u64;
-                l.encoded += crate::store::record_bytes(&n);
+                l.encoded += self.store.stored_bytes(&n)?;
             }
         }
         b.embeddings = self.store.n_embeddings() as u64;

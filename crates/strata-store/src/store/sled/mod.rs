@@ -7,7 +7,8 @@
 //!   inline, is read, and its list moves to `members` at the scope's next write)
 //! - `members`: [`source_key`] → [`SourceEntry`]: the sources a scope lists, one entry each,
 //!   so that a turn appended writes its own entry, not the list
-//! - `nodes`:   node id → [`Node`]
+//! - `nodes`:   node id → [`Node`], or (format 3, [`cited`]) the node with its text kept as
+//!   the ranges of its sources' texts it quotes
 //! - `deadlines`: node id → big-endian deadline (`u64::MAX` = never): liveness without
 //!   decoding nodes; and `losses` (not 32 bytes, so no node id) → the big-endian count of
 //!   [`NodeStore::losses`], moved in the transaction of each removal or earlier deadline
@@ -48,6 +49,7 @@ use sled::Transactional;
 
 use std::path::Path;
 
+mod cited;
 mod keys;
 pub mod repair;
 mod tx;
@@ -63,8 +65,10 @@ use tx::{NodeTx, TxResult, txn_err};
 /// 2 → 3 changes nothing but the layout byte: version 1 records are read as they are.
 /// 4: a scope's list of sources is kept one entry per source in `members` (a scope
 /// record of format 1 holds it inline until its next write), which a strata of layout 3
-/// cannot read; 3 → 4 changes nothing but the layout byte.
-pub const LAYOUT: u8 = 4;
+/// cannot read; 3 → 4 changes nothing but the layout byte. 5: node records may be format 3
+/// (a node's text kept as the ranges of its sources it quotes, [`cited`]), which a strata of
+/// layout 4 cannot read; 4 → 5 changes nothing but the layout byte.
+pub const LAYOUT: u8 = 5;
 
 /// sled's errors as ours: a full disk is its own error whichever write met it, damage
 /// points to `strata repair`, the rest is one line. (A function, not `From`: `Error` is
@@ -117,6 +121,8 @@ pub struct SledBackend {
     embeddings: sled::Tree,
     fallbacks: sled::Tree,
     queue: LocalQueue,
+    /// Sources' texts as nodes of format 3 cite them.
+    cited: cited::Texts,
 }
 
 /// The key, in the default tree, of what the last build of `scope` left for readers.
@@ -281,6 +287,7 @@ impl SledBackend {
             embeddings: db.open_tree("embeddings").db()?,
             fallbacks: db.open_tree("fallbacks").db()?,
             queue: LocalQueue::default(),
+            cited: cited::Texts::new(),
             db,
         };
         if layout < 2 {
@@ -333,6 +340,34 @@ impl SledBackend {
         Ok(())
     }
 
+    /// The text of `source` in `scope` as nodes cite it (`fresh`: read from the tree, not
+    /// from memory).
+    fn cited_text(
+        &self,
+        scope: &str,
+        source: &str,
+        fresh: bool,
+    ) -> Result<Option<std::sync::Arc<str>>> {
+        self.cited
+            .get(&self.texts, &source_key(scope, source), fresh)
+    }
+
+    /// A node as the `nodes` tree keeps it: its text as what it quotes of the texts it
+    /// cites when that pays ([`cited`]).
+    fn encode_node(&self, node: &Node) -> Result<Vec<u8>> {
+        if node.level == crate::level::Level::Metadata {
+            return cited::encode_node(node, &[]);
+        }
+        let texts = cited::bases_of(node, |c| self.cited_text(&node.scope, &c.source, false))?;
+        cited::encode_node(node, &cited::spans_of(node, &texts))
+    }
+
+    fn decode_node(&self, id: &NodeId, value: &[u8]) -> Result<Option<Node>> {
+        cited::decode_node(*id, &format!("node {id}"), value, |scope, c, fresh| {
+            self.cited_text(scope, &c.source, fresh)
+        })
+    }
+
     /// Runs `f` over the node trees in one transaction.
     fn node_tx<T>(&self, what: &str, f: impl Fn(&NodeTx<'_>) -> TxResult<T>) -> Result<T> {
         (
@@ -357,7 +392,10 @@ impl SledBackend {
 
 impl NodeStore for SledBackend {
     fn put_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
-        let values = nodes.iter().map(encode).collect::<Result<Vec<_>>>()?;
+        let values = nodes
+            .iter()
+            .map(|n| self.encode_node(n))
+            .collect::<Result<Vec<_>>>()?;
         let mark = mark.map(|m| encode(&m)).transpose()?;
         self.node_tx("node write", |tx| {
             for (node, v) in nodes.iter().zip(&values) {
@@ -369,7 +407,7 @@ impl NodeStore for SledBackend {
 
     fn get_node(&self, id: &NodeId) -> Result<Option<Node>> {
         match self.nodes.get(id.0).db()? {
-            Some(v) => Ok(Some(decode(&format!("node {id}"), &v)?)),
+            Some(v) => self.decode_node(id, &v),
             None => Ok(None),
         }
     }
@@ -433,6 +471,10 @@ impl NodeStore for SledBackend {
 
     fn n_nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    fn stored_bytes(&self, id: &NodeId) -> Result<Option<u64>> {
+        Ok(self.nodes.get(id.0).db()?.map(|v| v.len() as u64))
     }
 
     fn fallback_mark(&self, id: &NodeId) -> Result<Option<FallbackMark>> {
@@ -600,7 +642,10 @@ impl SourceStore for SledBackend {
             let nodes = p
                 .nodes
                 .iter()
-                .map(|n| Ok((n, encode(n)?)))
+                .map(|n| {
+                    let bases = cited::bases_in(n, &p.record.id, &p.text);
+                    Ok((n, cited::encode_node(n, &bases)?))
+                })
                 .collect::<Result<Vec<_>>>()?;
             puts.push((
                 source_key(&step.scope.name, &p.record.id),
@@ -615,7 +660,7 @@ impl SourceStore for SledBackend {
             .map(|id| source_key(&step.scope.name, id))
             .collect();
         let bad = std::cell::RefCell::new(None);
-        (
+        let r = (
             &self.scopes,
             &self.members,
             &self.sources,
@@ -657,7 +702,12 @@ impl SourceStore for SledBackend {
                 sc.insert(name.as_bytes(), scope.as_slice())?;
                 Ok(())
             })
-            .map_err(|e| bad.take().unwrap_or_else(|| txn_err("source write")(e)))
+            .map_err(|e| bad.take().unwrap_or_else(|| txn_err("source write")(e)));
+        // Texts kept in memory that changed (nodes check what they read anyway).
+        for key in puts.iter().map(|p| &p.0).chain(&removed) {
+            self.cited.forget(key);
+        }
+        r
     }
 
     fn forget(&self, step: &ForgetStep) -> Result<()> {
@@ -682,7 +732,7 @@ impl SourceStore for SledBackend {
             .flat_map(|id| prefixes.iter().map(move |p| embed_key(*p, id).to_vec()))
             .collect();
         let bad = std::cell::RefCell::new(None);
-        (
+        let r = (
             &self.scopes,
             &self.members,
             &self.sources,
@@ -727,7 +777,11 @@ impl SourceStore for SledBackend {
                 root.remove(live_key(name))?;
                 Ok(())
             })
-            .map_err(|e| bad.take().unwrap_or_else(|| txn_err("forget")(e)))
+            .map_err(|e| bad.take().unwrap_or_else(|| txn_err("forget")(e)));
+        for key in &removed {
+            self.cited.forget(key);
+        }
+        r
     }
 
     fn put_view(&self, scope: &str, bytes: Vec<u8>) -> Result<()> {

@@ -424,3 +424,102 @@ fn liveness_lives_apart_from_the_views_and_older_stores_keep_theirs() {
     );
     assert_eq!(s.views.len(), 1, "the view itself stays");
 }
+
+/// A source of ~1 KB (sentences a DETAILED quotes) and its one FULL node.
+fn cited_source(text: &str) -> (crate::store::SourceStep, Node) {
+    let full = Node {
+        id: NodeId([1; 32]),
+        level: crate::level::Level::Full,
+        text: text.into(),
+        citations: vec![crate::node::Span {
+            source: "a".into(),
+            start: 0,
+            end: text.len() as u64,
+        }],
+        ..crate::store::tests::node(1, None)
+    };
+    let rec = scope_record("s", &["a"]);
+    let step = crate::store::SourceStep {
+        scope: rec.head(),
+        list: rec.sources,
+        put: vec![crate::store::SourcePut {
+            record: record("s", "a"),
+            text: text.into(),
+            nodes: vec![full.clone()],
+        }],
+        remove_sources: Vec::new(),
+        remove_nodes: Vec::new(),
+    };
+    (step, full)
+}
+
+const CITED: &str = "The council met on Monday to weigh the Eastgate line. It voted four to one \
+                     to fund the line at 48 million euros. Nobody objected to the river crossing \
+                     plan, which the transit office costed at 12 million. The vote on fares was \
+                     put off to the next meeting, at the chair's request.";
+
+/// Nodes whose text is their sources' (FULL) or sentences of them (the offline DETAILED,
+/// SUMMARY) are kept as the ranges they quote (node format 3): read back whole, and the
+/// store holds the source's text once.
+#[test]
+fn a_node_that_quotes_its_source_is_kept_as_ranges_and_read_back_whole() {
+    let s = SledBackend::temporary().unwrap();
+    let (step, full) = cited_source(CITED);
+    s.write_sources(&step).unwrap();
+    let detailed = Node {
+        id: NodeId([2; 32]),
+        level: crate::level::Level::Detailed,
+        text: "It voted four to one to fund the line at 48 million euros. The vote on fares \
+               was put off to the next meeting, at the chair's request."
+            .into(),
+        children: vec![full.id],
+        ..full.clone()
+    };
+    s.put_nodes(std::slice::from_ref(&detailed), None).unwrap();
+    for n in [&full, &detailed] {
+        let v = s.nodes.get(n.id.0).unwrap().unwrap();
+        assert_eq!(cited::format_of(&v), Some(cited::FORMAT), "{:?}", n.level);
+        assert!(
+            v.len() < n.text.len(),
+            "{} bytes for {}",
+            v.len(),
+            n.text.len()
+        );
+        assert_eq!(s.get_node(&n.id).unwrap().as_ref(), Some(n));
+    }
+    // Read again in a fresh handle's cold cache, too.
+    let s2 = SledBackend::from_db(s.db.clone()).unwrap();
+    assert_eq!(s2.get_node(&detailed.id).unwrap(), Some(detailed));
+}
+
+/// A node built over a source whose text has since changed no longer has its chunks
+/// (their ids are their text's): it reads as absent, never as other text; a build makes it
+/// again.
+#[test]
+fn a_node_over_a_replaced_source_reads_as_absent_never_as_other_text() {
+    let s = SledBackend::temporary().unwrap();
+    let (step, full) = cited_source(CITED);
+    s.write_sources(&step).unwrap();
+    let detailed = Node {
+        id: NodeId([2; 32]),
+        level: crate::level::Level::Detailed,
+        text: "It voted four to one to fund the line at 48 million euros.".into(),
+        children: vec![full.id],
+        ..full.clone()
+    };
+    s.put_nodes(std::slice::from_ref(&detailed), None).unwrap();
+    assert_eq!(s.get_node(&detailed.id).unwrap().as_ref(), Some(&detailed));
+    // The source replaced: its old FULL node removed, a new one in its place.
+    let edited = CITED.replace("four to one", "three to two");
+    let (mut step, mut new_full) = cited_source(&edited);
+    new_full.id = NodeId([3; 32]);
+    step.put[0].nodes = vec![new_full.clone()];
+    step.remove_nodes = vec![full.id];
+    s.write_sources(&step).unwrap();
+    assert_eq!(s.get_node(&detailed.id).unwrap(), None);
+    assert_eq!(s.get_node(&new_full.id).unwrap(), Some(new_full));
+    assert!(
+        s.nodes.get(detailed.id.0).unwrap().is_some(),
+        "kept until swept"
+    );
+}
