@@ -88,15 +88,24 @@ pub(super) struct Texts {
     map: Mutex<Kept>,
 }
 
-/// The texts kept, by source key, and their bytes.
-type Kept = (HashMap<Vec<u8>, Arc<str>>, usize);
+/// The texts kept, by source key, and their bytes; the keys of texts too long to cite.
+#[derive(Default)]
+struct Kept {
+    texts: HashMap<Vec<u8>, Arc<str>>,
+    bytes: usize,
+    too_long: std::collections::HashSet<Vec<u8>>,
+}
+
+/// A source whose text is longer than this is not cited by the nodes written over it (they
+/// keep their text, format 2): reading one of its nodes must not decode the whole of it.
+pub(super) const MAX_CITED: usize = 8 << 20;
 
 impl Texts {
     const BUDGET: usize = 64 << 20;
 
     pub(super) fn new() -> Texts {
         Texts {
-            map: Mutex::new((HashMap::new(), 0)),
+            map: Mutex::new(Kept::default()),
         }
     }
 
@@ -112,8 +121,41 @@ impl Texts {
         key: &[u8],
         fresh: bool,
     ) -> Result<Option<Arc<str>>> {
-        if !fresh && let Some(t) = self.lock().0.get(key) {
+        if !fresh && let Some(t) = self.lock().texts.get(key) {
             return Ok(Some(t.clone()));
+        }
+        self.read(tree, key)
+    }
+
+    /// The text under `key` for a node about to be written, when it may be cited (no
+    /// longer than [`MAX_CITED`]; a longer one is not decoded, and remembered as such).
+    pub(super) fn citable(&self, tree: &sled::Tree, key: &[u8]) -> Result<Option<Arc<str>>> {
+        {
+            let g = self.lock();
+            if g.too_long.contains(key) {
+                return Ok(None);
+            }
+            if let Some(t) = g.texts.get(key) {
+                return Ok((t.len() <= MAX_CITED).then(|| t.clone()));
+            }
+        }
+        let Some(v) = tree.get(key).map_err(super::sled_error)? else {
+            return Ok(None);
+        };
+        // The length the value decodes to, without decoding it: a compressed value's
+        // frame says it; a plain one is about its own length.
+        let len = match v.split_first() {
+            Some((&f, packed)) if f & super::super::COMPRESSED != 0 => {
+                zstd::zstd_safe::get_frame_content_size(packed)
+                    .ok()
+                    .flatten()
+                    .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+            }
+            _ => v.len(),
+        };
+        if len > MAX_CITED {
+            self.lock().too_long.insert(key.to_vec());
+            return Ok(None);
         }
         self.read(tree, key)
     }
@@ -126,13 +168,13 @@ impl Texts {
         };
         let text: Arc<str> = decode::<String>("a source's text", &v)?.into();
         let mut g = self.lock();
-        if g.1 + text.len() > Self::BUDGET {
-            g.0.clear();
-            g.1 = 0;
+        if g.bytes + text.len() > Self::BUDGET {
+            g.texts.clear();
+            g.bytes = 0;
         }
-        g.1 += text.len();
-        if let Some(old) = g.0.insert(key.to_vec(), text.clone()) {
-            g.1 -= old.len();
+        g.bytes += text.len();
+        if let Some(old) = g.texts.insert(key.to_vec(), text.clone()) {
+            g.bytes -= old.len();
         }
         Ok(Some(text))
     }
@@ -140,9 +182,10 @@ impl Texts {
     /// Drops what is kept of `key` (its source was written or removed).
     pub(super) fn forget(&self, key: &[u8]) {
         let mut g = self.lock();
-        if let Some(old) = g.0.remove(key) {
-            g.1 -= old.len();
+        if let Some(old) = g.texts.remove(key) {
+            g.bytes -= old.len();
         }
+        g.too_long.remove(key);
     }
 }
 
@@ -353,7 +396,11 @@ fn longest(rest: &[u8], bases: &[(usize, &[u8])]) -> Option<(usize, usize, usize
 pub(super) fn bases_in<'a>(node: &Node, source: &str, text: &'a str) -> Vec<Option<&'a [u8]>> {
     node.citations
         .iter()
-        .map(|c| (c.source == source).then(|| at(text, c)).flatten())
+        .map(|c| {
+            (c.source == source && text.len() <= MAX_CITED)
+                .then(|| at(text, c))
+                .flatten()
+        })
         .collect()
 }
 
@@ -488,5 +535,39 @@ mod tests {
         );
         let (_, back) = round_trip(&n, SRC);
         assert_eq!(back, Some(n));
+    }
+
+    /// Reading a node of a very long source must not decode all of it: its nodes keep their
+    /// text, and the store does not even decode its text to decide so.
+    #[test]
+    fn nodes_of_a_source_too_long_to_cite_keep_their_text() {
+        let long = SRC.repeat(MAX_CITED / SRC.len() + 1);
+        let mut n = node(Level::Full, SRC, Meta::default());
+        assert!(bases_in(&n, "a", &long).iter().all(Option::is_none));
+        assert_eq!(
+            format_of(&encode_node(&n, &bases_in(&n, "a", &long)).unwrap()),
+            Some(2)
+        );
+        n.citations[0].end = SRC.len() as u64;
+        assert!(bases_in(&n, "a", SRC).iter().all(Option::is_some));
+
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("texts").unwrap();
+        tree.insert(b"long", encode(&long).unwrap()).unwrap();
+        tree.insert(b"short", encode(&SRC.to_string()).unwrap())
+            .unwrap();
+        let texts = Texts::new();
+        assert_eq!(texts.citable(&tree, b"long").unwrap(), None);
+        assert!(texts.lock().too_long.contains(&b"long"[..]));
+        assert!(texts.lock().texts.is_empty(), "not decoded");
+        assert_eq!(
+            texts.citable(&tree, b"short").unwrap().as_deref(),
+            Some(SRC)
+        );
+        // Reading a node's text (not writing one) reads any length.
+        assert_eq!(
+            texts.get(&tree, b"long", false).unwrap().map(|t| t.len()),
+            Some(long.len())
+        );
     }
 }

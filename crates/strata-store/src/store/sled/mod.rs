@@ -358,7 +358,10 @@ impl SledBackend {
         if node.level == crate::level::Level::Metadata {
             return cited::encode_node(node, &[]);
         }
-        let texts = cited::bases_of(node, |c| self.cited_text(&node.scope, &c.source, false))?;
+        let texts = cited::bases_of(node, |c| {
+            self.cited
+                .citable(&self.texts, &source_key(&node.scope, &c.source))
+        })?;
         cited::encode_node(node, &cited::spans_of(node, &texts))
     }
 
