@@ -458,6 +458,19 @@ const CITED: &str = "The council met on Monday to weigh the Eastgate line. It vo
                      plan, which the transit office costed at 12 million. The vote on fares was \
                      put off to the next meeting, at the chair's request.";
 
+/// A DETAILED node of `text` over `full`, written.
+fn detailed_over(s: &SledBackend, full: &Node, text: &str) -> Node {
+    let detailed = Node {
+        id: NodeId([2; 32]),
+        level: crate::level::Level::Detailed,
+        text: text.into(),
+        children: vec![full.id],
+        ..full.clone()
+    };
+    s.put_nodes(std::slice::from_ref(&detailed), None).unwrap();
+    detailed
+}
+
 /// Nodes whose text is their sources' (FULL) or sentences of them (the offline DETAILED,
 /// SUMMARY) are kept as the ranges they quote (node format 3): read back whole, and the
 /// store holds the source's text once.
@@ -466,16 +479,12 @@ fn a_node_that_quotes_its_source_is_kept_as_ranges_and_read_back_whole() {
     let s = SledBackend::temporary().unwrap();
     let (step, full) = cited_source(CITED);
     s.write_sources(&step).unwrap();
-    let detailed = Node {
-        id: NodeId([2; 32]),
-        level: crate::level::Level::Detailed,
-        text: "It voted four to one to fund the line at 48 million euros. The vote on fares \
-               was put off to the next meeting, at the chair's request."
-            .into(),
-        children: vec![full.id],
-        ..full.clone()
-    };
-    s.put_nodes(std::slice::from_ref(&detailed), None).unwrap();
+    let detailed = detailed_over(
+        &s,
+        &full,
+        "It voted four to one to fund the line at 48 million euros. The vote on fares \
+         was put off to the next meeting, at the chair's request.",
+    );
     for n in [&full, &detailed] {
         let v = s.nodes.get(n.id.0).unwrap().unwrap();
         assert_eq!(cited::format_of(&v), Some(cited::FORMAT), "{:?}", n.level);
@@ -500,14 +509,11 @@ fn a_node_over_a_replaced_source_reads_as_absent_never_as_other_text() {
     let s = SledBackend::temporary().unwrap();
     let (step, full) = cited_source(CITED);
     s.write_sources(&step).unwrap();
-    let detailed = Node {
-        id: NodeId([2; 32]),
-        level: crate::level::Level::Detailed,
-        text: "It voted four to one to fund the line at 48 million euros.".into(),
-        children: vec![full.id],
-        ..full.clone()
-    };
-    s.put_nodes(std::slice::from_ref(&detailed), None).unwrap();
+    let detailed = detailed_over(
+        &s,
+        &full,
+        "It voted four to one to fund the line at 48 million euros.",
+    );
     assert_eq!(s.get_node(&detailed.id).unwrap().as_ref(), Some(&detailed));
     // The source replaced: its old FULL node removed, a new one in its place.
     let edited = CITED.replace("four to one", "three to two");
