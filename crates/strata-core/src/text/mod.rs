@@ -4,6 +4,7 @@
 
 use unicode_segmentation::UnicodeSegmentation;
 
+mod ascii;
 mod facts;
 pub mod question;
 pub mod salience;
@@ -67,11 +68,19 @@ pub fn sentences(text: &str) -> Vec<SentenceSpan> {
 /// [`sentences`], handed over one at a time in order: a text of millions of sentences (a
 /// huge paragraph the chunker splits) needs no list of them.
 pub(crate) fn each_sentence(text: &str, f: impl FnMut(SentenceSpan)) {
+    // An ASCII text is split without the Unicode tables ([`ascii`]), at the
+    // same boundaries.
     match Squeezed::new(text) {
+        None if text.is_ascii() => merge_fragments(text, ascii::bounds(text), f),
         None => merge_fragments(
             text,
             text.split_sentence_bound_indices()
                 .map(|(start, s)| (start, start + s.len())),
+            f,
+        ),
+        Some(sq) if sq.text.is_ascii() => merge_fragments(
+            text,
+            ascii::bounds(&sq.text).map(|(start, end)| (sq.original(start), sq.original(end))),
             f,
         ),
         Some(sq) => merge_fragments(
@@ -97,7 +106,7 @@ fn merge_fragments(
         // long run of blank lines merges line by line in linear time.)
         match &mut last {
             Some(prev)
-                if s.unicode_words().next().is_none()
+                if !has_word(s)
                     || ends_with_abbreviation(text[prev.start..prev.end].trim_end()) =>
             {
                 prev.end = end;
@@ -111,6 +120,16 @@ fn merge_fragments(
     }
     if let Some(prev) = last {
         f(prev);
+    }
+}
+
+/// Whether `s` holds a word (`unicode_words` yields one): a word is a segment with an
+/// alphanumeric character, so in ASCII any letter or digit makes one.
+fn has_word(s: &str) -> bool {
+    if s.is_ascii() {
+        ascii::words(s).next().is_some()
+    } else {
+        s.unicode_words().next().is_some()
     }
 }
 
@@ -191,6 +210,13 @@ fn in_ranges(c: char, ranges: &[(char, char)]) -> bool {
 
 /// Sp = 1, Close = 2, anything else 0.
 fn squeeze_class(c: char) -> u8 {
+    if c.is_ascii() {
+        return match c {
+            '\t' | '\u{b}' | '\u{c}' | ' ' => 1,
+            '"' | '\'' | '(' | ')' | '[' | ']' | '{' | '}' => 2,
+            _ => 0,
+        };
+    }
     if in_ranges(c, SENTENCE_SP) {
         1
     } else if in_ranges(c, SENTENCE_CLOSE) {

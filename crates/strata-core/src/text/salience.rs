@@ -238,6 +238,32 @@ fn passages_holding<'a, I: Iterator<Item = &'a str>>(
     pf
 }
 
+/// For each term id (of `terms`), how many distinct passages hold it: what
+/// [`passages_holding`] gives, counted.
+fn passages_holding_ids(
+    units: &[Unit<'_>],
+    terms: usize,
+    bags: &[Vec<(usize, u32)>],
+) -> Vec<usize> {
+    let mut count = vec![0usize; terms];
+    // The passage each term was last met in answers most checks; the units of one passage
+    // need not be consecutive, so every (term, passage) counted is remembered too.
+    let mut last = vec![usize::MAX; terms];
+    let mut seen: std::collections::HashSet<(usize, usize), foldhash::fast::RandomState> =
+        Default::default();
+    for (u, b) in units.iter().zip(bags) {
+        for &(t, _) in b {
+            if last[t] != u.passage {
+                last[t] = u.passage;
+                if seen.insert((t, u.passage)) {
+                    count[t] += 1;
+                }
+            }
+        }
+    }
+    count
+}
+
 /// How many distinct passages the units come from.
 fn n_passages(units: &[Unit<'_>]) -> f64 {
     let mut passages: Vec<usize> = units.iter().map(|u| u.passage).collect();
@@ -283,33 +309,47 @@ pub fn features_of(
     if n == 0 {
         return Vec::new();
     }
-    // Sentence and passage frequencies.
-    let mut df: HashMap<&str, u32> = HashMap::default();
+    // Every distinct term gets an id in the terms' sorted order, so a bag's ids come in
+    // the order of its keys and every sum below adds the same numbers in the same order
+    // as one keyed by the terms themselves would (no string hashed or compared past here).
+    let mut ids: HashMap<&str, u32> = HashMap::default();
     for b in bags {
         for t in b.keys() {
-            *df.entry(t).or_insert(0) += 1;
+            ids.entry(t.as_str()).or_insert(0);
         }
     }
-    let pf = passages_holding(units, |i| bags[i].keys().map(String::as_str));
-    let np = n_passages(units);
-    let idf = |t: &str| (n as f64 / df[t] as f64).ln() + 1.0;
-    let vectors: Vec<Vec<(&str, f64)>> = bags
+    let mut sorted: Vec<&str> = ids.keys().copied().collect();
+    sorted.sort_unstable();
+    for (i, t) in sorted.iter().enumerate() {
+        ids.insert(t, i as u32);
+    }
+    let bag_ids: Vec<Vec<(usize, u32)>> = bags
         .iter()
         .map(|b| {
             b.iter()
-                .map(|(t, &c)| (t.as_str(), c as f64 * idf(t)))
+                .map(|(t, &c)| (ids[t.as_str()] as usize, c))
                 .collect()
         })
         .collect();
+    // Sentence and passage frequencies.
+    let mut df = vec![0u32; sorted.len()];
+    for b in &bag_ids {
+        for &(t, _) in b {
+            df[t] += 1;
+        }
+    }
+    let pf = passages_holding_ids(units, sorted.len(), &bag_ids);
+    let np = n_passages(units);
+    let idf = |t: usize| (n as f64 / df[t] as f64).ln() + 1.0;
+    let vectors: Vec<Vec<(usize, f64)>> = bag_ids
+        .iter()
+        .map(|b| b.iter().map(|&(t, c)| (t, c as f64 * idf(t))).collect())
+        .collect();
     // Information: idf mass, ln(n / df) (a word in every sentence says nothing), scaled to
     // mean 1.
-    let mass: Vec<f64> = bags
+    let mass: Vec<f64> = bag_ids
         .iter()
-        .map(|b| {
-            b.keys()
-                .map(|t| (n as f64 / df[t.as_str()] as f64).ln())
-                .sum()
-        })
+        .map(|b| b.iter().map(|&(t, _)| (n as f64 / df[t] as f64).ln()).sum())
         .collect();
     let info = scale_to_mean_one(mass);
     let thin_rel: Vec<bool> = info.iter().map(|&m| m < THIN).collect();
@@ -318,26 +358,26 @@ pub fn features_of(
         .map(|f| !f.numbers.is_empty() || !f.dates.is_empty())
         .collect();
     // Thin sentences take no part in the walk.
-    let walked: Vec<Vec<(&str, f64)>> = (0..n)
+    let walked: Vec<Vec<(usize, f64)>> = (0..n)
         .map(|i| {
             let thin = thin_rel[i] || (bags[i].len() < MIN_CONTENT && !figures[i]);
             if thin { Vec::new() } else { vectors[i].clone() }
         })
         .collect();
     let centrality = if n > LEXRANK_MAX {
-        centroid(&walked)
+        centroid(&walked, sorted.len())
     } else {
-        lexrank(&walked)
+        lexrank(&walked, sorted.len())
     };
     // Thread: recurring distinctive weight over the mean sentence's distinctive weight.
     let (mut shared, mut all) = (vec![0.0; n], vec![0.0; n]);
     if np > 1.0 {
-        for (i, b) in bags.iter().enumerate() {
-            for t in b.keys() {
-                let ps = &pf[t.as_str()];
-                let w = (np / ps.len() as f64).ln();
+        for (i, b) in bag_ids.iter().enumerate() {
+            for &(t, _) in b {
+                let ps = pf[t];
+                let w = (np / ps as f64).ln();
                 all[i] += w;
-                if ps.len() >= 2 {
+                if ps >= 2 {
                     shared[i] += w;
                 }
             }
@@ -372,20 +412,20 @@ pub fn features_of(
         .collect()
 }
 
-fn norm(v: &[(&str, f64)]) -> f64 {
+fn norm(v: &[(usize, f64)]) -> f64 {
     v.iter().map(|(_, x)| x * x).sum::<f64>().sqrt()
 }
 
 /// Cosine to the centroid, scaled so that the mean is 1.
-fn centroid(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
-    let mut c: BTreeMap<&str, f64> = BTreeMap::new();
+fn centroid(vectors: &[Vec<(usize, f64)>], terms: usize) -> Vec<f64> {
+    let mut c = vec![0.0f64; terms];
     for v in vectors {
         let nv = norm(v).max(1e-12);
-        for (t, x) in v {
-            *c.entry(t).or_insert(0.0) += x / nv;
+        for &(t, x) in v {
+            c[t] += x / nv;
         }
     }
-    let nc = c.values().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+    let nc = c.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
     let cos: Vec<f64> = vectors
         .iter()
         .map(|v| {
@@ -393,10 +433,7 @@ fn centroid(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
             if nv == 0.0 {
                 return 0.0;
             }
-            v.iter()
-                .map(|(t, x)| x * c.get(t).copied().unwrap_or(0.0))
-                .sum::<f64>()
-                / (nv * nc)
+            v.iter().map(|&(t, x)| x * c[t]).sum::<f64>() / (nv * nc)
         })
         .collect();
     scale_to_mean_one(cos)
@@ -405,16 +442,16 @@ fn centroid(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
 /// Continuous LexRank: power iteration over the row-normalised cosine matrix, with
 /// damping. Pairs are found through an inverted index, so sentences sharing no term cost
 /// nothing.
-fn lexrank(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
+fn lexrank(vectors: &[Vec<(usize, f64)>], terms: usize) -> Vec<f64> {
     let n = vectors.len();
     let norms: Vec<f64> = vectors.iter().map(|v| norm(v)).collect();
-    let mut postings: BTreeMap<&str, Vec<(usize, f64)>> = BTreeMap::new();
+    let mut postings: Vec<Vec<(usize, f64)>> = vec![Vec::new(); terms];
     for (i, v) in vectors.iter().enumerate() {
         if norms[i] == 0.0 {
             continue;
         }
-        for (t, x) in v {
-            postings.entry(t).or_default().push((i, x / norms[i]));
+        for &(t, x) in v {
+            postings[t].push((i, x / norms[i]));
         }
     }
     // Sparse rows of similarities (i ≠ j).
@@ -425,7 +462,7 @@ fn lexrank(vectors: &[Vec<(&str, f64)>]) -> Vec<f64> {
         if norms[i] == 0.0 {
             continue;
         }
-        for (t, x) in &vectors[i] {
+        for &(t, x) in &vectors[i] {
             let xi = x / norms[i];
             for &(j, xj) in &postings[t] {
                 if j == i {
@@ -671,21 +708,28 @@ mod tests {
         // Linear fallback agrees on the order.
         let b: Vec<_> = u.iter().map(|u| term_counts(u.text)).collect();
         let n = b.len() as f64;
-        let mut df: HashMap<&str, f64> = HashMap::default();
+        let mut terms: Vec<&str> = b
+            .iter()
+            .flat_map(|x| x.keys().map(String::as_str))
+            .collect();
+        terms.sort_unstable();
+        terms.dedup();
+        let id = |t: &str| terms.binary_search(&t).unwrap();
+        let mut df = vec![0.0; terms.len()];
         for x in &b {
             for t in x.keys() {
-                *df.entry(t).or_insert(0.0) += 1.0;
+                df[id(t)] += 1.0;
             }
         }
-        let v: Vec<Vec<(&str, f64)>> = b
+        let v: Vec<Vec<(usize, f64)>> = b
             .iter()
             .map(|x| {
                 x.iter()
-                    .map(|(t, &c)| (t.as_str(), c as f64 * ((n / df[t.as_str()]).ln() + 1.0)))
+                    .map(|(t, &c)| (id(t), c as f64 * ((n / df[id(t)]).ln() + 1.0)))
                     .collect()
             })
             .collect();
-        let c = centroid(&v);
+        let c = centroid(&v, terms.len());
         assert!(c[0] > c[3]);
     }
 

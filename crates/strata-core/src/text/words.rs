@@ -173,7 +173,13 @@ pub fn is_stopword(w: &str) -> bool {
 
 /// Lower-cased content words of `text` (no stop words, no single letters).
 pub fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.unicode_words().filter_map(|w| {
+    // An ASCII text's words without the Unicode tables: the same words.
+    let words: Box<dyn Iterator<Item = &str>> = if text.is_ascii() {
+        Box::new(super::ascii::words(text))
+    } else {
+        Box::new(text.unicode_words())
+    };
+    words.filter_map(|w| {
         let lw = w.to_lowercase();
         let digit = lw.chars().all(|c| c.is_ascii_digit());
         if (lw.chars().count() < 2 && !digit) || is_stopword(&lw) {
