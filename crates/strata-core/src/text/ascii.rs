@@ -321,26 +321,24 @@ mod tests {
     }
 }
 
-/// The words of an ASCII `text`: what `text.unicode_words()` yields (UAX #29 word
-/// boundaries, segments holding a letter or digit), without the tables. In ASCII a word is
-/// a run of letters, digits and `_` (WB5, WB8–WB10, WB13a–b), where one `:` `.` `'`
-/// between two letters (WB6–7) or one `,` `;` `.` `'` between two digits (WB11–12) does
-/// not break it.
-pub(super) fn words(text: &str) -> impl Iterator<Item = &str> + '_ {
+/// The word-boundary segments of an ASCII `text` with their offsets: what
+/// `text.split_word_bound_indices()` gives (UAX #29). In ASCII a word is a run of letters,
+/// digits and `_` (WB5, WB8–WB10, WB13a–b) where one `:` `.` `'` between two letters
+/// (WB6–7) or one `,` `;` `.` `'` between two digits (WB11–12) does not break it; CR LF is
+/// one segment (WB3), a run of spaces is one (WB3d), and any other character is one alone.
+pub(super) fn word_bounds(text: &str) -> impl Iterator<Item = (usize, &str)> + '_ {
     debug_assert!(text.is_ascii());
     let b = text.as_bytes();
     let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut at = 0;
     std::iter::from_fn(move || {
-        loop {
-            while at < b.len() && !word(b[at]) {
-                at += 1;
-            }
-            if at >= b.len() {
-                return None;
-            }
-            let start = at;
-            at += 1;
+        if at >= b.len() {
+            return None;
+        }
+        let start = at;
+        let c = b[at];
+        at += 1;
+        if word(c) {
             while at < b.len() {
                 let c = b[at];
                 if word(c) {
@@ -358,19 +356,28 @@ pub(super) fn words(text: &str) -> impl Iterator<Item = &str> + '_ {
                     }
                     _ => false,
                 };
-                if joins {
-                    at += 2;
-                } else {
+                if !joins {
                     break;
                 }
+                at += 2;
             }
-            let w = &text[start..at];
-            // A segment of `_` alone holds no letter or digit: not a word.
-            if w.bytes().any(|c| c.is_ascii_alphanumeric()) {
-                return Some(w);
+        } else if c == b'\r' && b.get(at) == Some(&b'\n') {
+            at += 1;
+        } else if c == b' ' {
+            while b.get(at) == Some(&b' ') {
+                at += 1;
             }
         }
+        Some((start, &text[start..at]))
     })
+}
+
+/// The words of an ASCII `text`: what `text.unicode_words()` yields (the segments of
+/// [`word_bounds`] that hold a letter or a digit).
+pub(super) fn words(text: &str) -> impl Iterator<Item = &str> + '_ {
+    word_bounds(text)
+        .map(|(_, w)| w)
+        .filter(|w| w.bytes().any(|c| c.is_ascii_alphanumeric()))
 }
 
 #[cfg(test)]
@@ -382,6 +389,9 @@ mod word_tests {
     fn check(text: &str) {
         let ours: Vec<&str> = words(text).collect();
         let theirs: Vec<&str> = text.unicode_words().collect();
+        assert_eq!(ours, theirs, "{text:?}");
+        let ours: Vec<(usize, &str)> = word_bounds(text).collect();
+        let theirs: Vec<(usize, &str)> = text.split_word_bound_indices().collect();
         assert_eq!(ours, theirs, "{text:?}");
     }
 
@@ -407,7 +417,7 @@ mod word_tests {
 
     #[test]
     fn short_strings_of_every_class_split_as_the_crate_splits() {
-        let alphabet = b"aZ9_.:,;' -\n\"";
+        let alphabet = b"aZ9_.:,;' -\r\n\t\"";
         fn walk(alphabet: &[u8], text: &mut Vec<u8>, left: usize) {
             check(std::str::from_utf8(text).unwrap());
             if left == 0 {
@@ -425,9 +435,12 @@ mod word_tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
         #[test]
-        fn random_ascii_words_are_the_crates(text in "[a-zA-Z0-9_ .:,;'\"!?()\\-\n\t#$%]{0,80}") {
+        fn random_ascii_words_are_the_crates(text in "[a-zA-Z0-9_ .:,;'\"!?()\\-\r\n\t#$%\x00-\x1f\x7f]{0,80}") {
             let ours: Vec<&str> = words(&text).collect();
             let theirs: Vec<&str> = text.unicode_words().collect();
+            prop_assert_eq!(ours, theirs);
+            let ours: Vec<(usize, &str)> = word_bounds(&text).collect();
+            let theirs: Vec<(usize, &str)> = text.split_word_bound_indices().collect();
             prop_assert_eq!(ours, theirs);
         }
     }

@@ -37,7 +37,11 @@ impl Facts {
 /// entities (runs of capitalised words not at the start of a sentence).
 pub fn facts(sentence: &str) -> Facts {
     let mut f = Facts::default();
-    let words: Vec<(usize, &str)> = sentence.split_word_bound_indices().collect();
+    let words: Vec<(usize, &str)> = if sentence.is_ascii() {
+        super::ascii::word_bounds(sentence).collect()
+    } else {
+        sentence.split_word_bound_indices().collect()
+    };
     let mut i = 0;
     let mut first_word = true;
     while i < words.len() {
