@@ -208,6 +208,25 @@ fn in_ranges(c: char, ranges: &[(char, char)]) -> bool {
         .is_ok()
 }
 
+/// Whether an ASCII text holds a run of more than [`SQUEEZE_RUN`] characters of one of
+/// the classes Sp or Close (what [`Squeezed::new`] squeezes).
+fn has_ascii_run(text: &[u8]) -> bool {
+    let (mut class, mut len) = (0u8, 0usize);
+    for &b in text {
+        let k = squeeze_class(b as char);
+        if k != 0 && k == class {
+            len += 1;
+            if len > SQUEEZE_RUN {
+                return true;
+            }
+        } else {
+            class = k;
+            len = 1;
+        }
+    }
+    false
+}
+
 /// Sp = 1, Close = 2, anything else 0.
 fn squeeze_class(c: char) -> u8 {
     if c.is_ascii() {
@@ -245,6 +264,12 @@ const SQUEEZE_RUN: usize = 64;
 impl Squeezed {
     /// `None` when `text` has no run to squeeze (all ordinary text): use it as it is.
     fn new(text: &str) -> Option<Squeezed> {
+        // Most texts have no run of SQUEEZE_RUN spaces or closing marks: an ASCII text is
+        // checked byte by byte first (a run of multi-byte Sp or Close characters needs
+        // non-ASCII text).
+        if text.is_ascii() && !has_ascii_run(text.as_bytes()) {
+            return None;
+        }
         let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // start, end of kept, end
         let mut class = 0u8;
         let mut run_start = 0usize;

@@ -358,10 +358,12 @@ pub fn features_of(
         .map(|f| !f.numbers.is_empty() || !f.dates.is_empty())
         .collect();
     // Thin sentences take no part in the walk.
-    let walked: Vec<Vec<(usize, f64)>> = (0..n)
-        .map(|i| {
+    let walked: Vec<Vec<(usize, f64)>> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
             let thin = thin_rel[i] || (bags[i].len() < MIN_CONTENT && !figures[i]);
-            if thin { Vec::new() } else { vectors[i].clone() }
+            if thin { Vec::new() } else { v }
         })
         .collect();
     let centrality = if n > LEXRANK_MAX {
