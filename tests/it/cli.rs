@@ -320,3 +320,25 @@ fn a_json_build_against_a_dead_model_warns_on_stderr() {
     let s: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(s["fallbacks"]["nodes"], marked);
 }
+
+/// The allocator's options are strata's, by name (mimalloc prints them at start when
+/// `MIMALLOC_VERBOSE=1`; `script::meter` sets them by their place in mimalloc's list):
+/// arenas committed as used, reserved 64 MiB at a time, no transparent huge pages.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_allocator_commits_lazily_reserves_small_arenas_and_takes_no_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = strata_env(
+        &dir.path().join("db"),
+        &["--version"],
+        &[("MIMALLOC_VERBOSE", "1")],
+    );
+    assert_eq!(code, 0, "{err}");
+    for option in [
+        "option 'arena_eager_commit': 0",
+        "option 'arena_reserve': 65536 KiB",
+        "option 'allow_thp': 0",
+    ] {
+        assert!(err.contains(option), "{option} not in:\n{err}");
+    }
+}

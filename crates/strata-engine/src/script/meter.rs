@@ -45,20 +45,34 @@ pub const MAX_TOTAL_MEMORY: u64 = 256 << 20;
 /// mimalloc rather than the system allocator: the offline build allocates and frees a few
 /// small strings per word (sentences, terms, tags), and glibc's malloc and free were a
 /// fifth of its profile; with mimalloc the build takes about a third less CPU
-/// (docs/BENCHMARKS.md). Its arenas are not committed eagerly ([`ARENA_EAGER_COMMIT`]):
-/// eagerly committed, freed memory stayed resident and a build's peak grew by a third.
+/// (docs/BENCHMARKS.md). Its options ([`OPTIONS`]) keep its memory and address space
+/// near the system allocator's.
 struct Metered;
 
-/// `mi_option_arena_eager_commit` in mimalloc 3's `mi_option_e` (include/mimalloc.h; the
-/// crate names only mimalloc 2's options).
-const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+/// mimalloc 3's options (their places in `mi_option_e`, include/mimalloc.h; the crate
+/// names only mimalloc 2's) and the values strata sets. `MIMALLOC_VERBOSE=1` prints them by
+/// name at start; a test reads them there (`tests/it/cli.rs`).
+const OPTIONS: [(libmimalloc_sys::mi_option_t, std::ffi::c_long); 3] = [
+    // `arena_eager_commit`: commit an arena's memory as it is used. Committed eagerly,
+    // memory freed stayed resident: a build's peak grew by a third.
+    (4, 0),
+    // `arena_reserve`, in KiB: reserve address space 64 MiB at a time, not 1 GiB; under an
+    // operator's `ulimit -v` (2 GiB in `tests/it/security_script.rs`) 1 GiB arenas left no
+    // room for threads' stacks.
+    (23, 64 << 10),
+    // `allow_thp`: no transparent huge pages; the kernel clearing 2 MiB pages cost a
+    // short-lived process (`strata query`) more than they saved.
+    (43, 0),
+];
 
 /// Sets mimalloc's options before anything allocates: run by the loader with the
 /// program's (or the Python module's) other initialisers, before Rust's runtime starts.
 #[cfg(target_os = "linux")]
 extern "C" fn configure_mimalloc() {
-    // SAFETY: sets one integer option; allocates nothing.
-    unsafe { libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0) };
+    for (option, value) in OPTIONS {
+        // SAFETY: sets one integer option; allocates nothing.
+        unsafe { libmimalloc_sys::mi_option_set(option, value) };
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -254,16 +268,15 @@ mod tests {
         assert!(room(usize::MAX));
     }
 
-    /// The initialiser ran: mimalloc's arenas are committed lazily in every program
-    /// that links the engine (this test binary among them).
+    /// The initialiser ran: mimalloc's options are strata's in every program that links
+    /// the engine (this test binary among them).
     #[cfg(target_os = "linux")]
     #[test]
     fn mimalloc_is_configured_before_anything_allocates() {
-        // SAFETY: reads one integer option.
-        assert_eq!(
-            unsafe { libmimalloc_sys::mi_option_get(ARENA_EAGER_COMMIT) },
-            0
-        );
+        for (option, value) in OPTIONS {
+            // SAFETY: reads one integer option.
+            assert_eq!(unsafe { libmimalloc_sys::mi_option_get(option) }, value);
+        }
         let v = vec![1u8; 1 << 20];
         assert_eq!(v.iter().map(|&b| b as usize).sum::<usize>(), 1 << 20);
     }
