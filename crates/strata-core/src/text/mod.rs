@@ -68,8 +68,7 @@ pub fn sentences(text: &str) -> Vec<SentenceSpan> {
 /// [`sentences`], handed over one at a time in order: a text of millions of sentences (a
 /// huge paragraph the chunker splits) needs no list of them.
 pub(crate) fn each_sentence(text: &str, f: impl FnMut(SentenceSpan)) {
-    // An ASCII text is split without the Unicode tables ([`ascii`]), at the
-    // same boundaries.
+    // An ASCII text is split without the Unicode tables ([`ascii`]), at the same boundaries.
     match Squeezed::new(text) {
         None if text.is_ascii() => merge_fragments(text, ascii::bounds(text), f),
         None => merge_fragments(
