@@ -273,25 +273,29 @@ mod tests {
         }
     }
 
-    /// Every string of up to five characters over one character of each class (and a
-    /// second Close and Sp, which collapse in runs).
-    #[test]
-    fn short_strings_of_every_class_split_as_the_crate_splits() {
-        let alphabet = b"\r\n \ta B3.!\"(,#";
-        let mut text = Vec::new();
-        fn walk(alphabet: &[u8], text: &mut Vec<u8>, left: usize) {
-            let s = std::str::from_utf8(text).unwrap();
-            assert_eq!(ours(s), theirs(s), "{s:?}");
+    /// `check` of every string of at most `len` characters of `alphabet`.
+    pub(super) fn every_string(alphabet: &[u8], len: usize, check: &impl Fn(&str)) {
+        fn walk(alphabet: &[u8], text: &mut Vec<u8>, left: usize, check: &impl Fn(&str)) {
+            check(std::str::from_utf8(text).unwrap());
             if left == 0 {
                 return;
             }
             for &b in alphabet {
                 text.push(b);
-                walk(alphabet, text, left - 1);
+                walk(alphabet, text, left - 1, check);
                 text.pop();
             }
         }
-        walk(alphabet, &mut text, 5);
+        walk(alphabet, &mut Vec::new(), len, check);
+    }
+
+    /// Every string of up to five characters over one character of each class (and a
+    /// second Close and Sp, which collapse in runs).
+    #[test]
+    fn short_strings_of_every_class_split_as_the_crate_splits() {
+        every_string(b"\r\n \ta B3.!\"(,#", 5, &|s| {
+            assert_eq!(ours(s), theirs(s), "{s:?}")
+        });
     }
 
     proptest! {
@@ -415,21 +419,11 @@ mod word_tests {
         }
     }
 
+    /// Every string of up to five characters over one character of each class that
+    /// words meet.
     #[test]
     fn short_strings_of_every_class_split_as_the_crate_splits() {
-        let alphabet = b"aZ9_.:,;' -\r\n\t\"";
-        fn walk(alphabet: &[u8], text: &mut Vec<u8>, left: usize) {
-            check(std::str::from_utf8(text).unwrap());
-            if left == 0 {
-                return;
-            }
-            for &b in alphabet {
-                text.push(b);
-                walk(alphabet, text, left - 1);
-                text.pop();
-            }
-        }
-        walk(alphabet, &mut Vec::new(), 5);
+        super::tests::every_string(b"aZ9_.:,;' -\r\n\t\"", 5, &check);
     }
 
     proptest! {
