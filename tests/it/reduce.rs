@@ -390,12 +390,14 @@ fn a_build_feeds_the_index_while_it_runs_and_commits_every_node() {
         .with_model(std::sync::Arc::new(Slow));
     ingest_all(&e, &debate(120));
     // 360 DETAILED calls and more, 3 ms each, 4 at a time: the build runs for 0.3 s or
-    // more, so it feeds the index at least once before its last call.
+    // more, so it feeds the index at least once before its last call. Whether anything
+    // is left to the commit after it depends on when the last pass ran (a loaded machine
+    // can feed every node before the build returns: seen in CI, 974 of 974).
     let r = build(&e, T0);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert!(r.model_calls > 400, "{r:?}");
     assert!(
-        r.indexed_while_building > 0 && r.indexed_while_building < r.indexed,
+        r.indexed_while_building > 0 && r.indexed_while_building <= r.indexed,
         "{} of {} fed while building",
         r.indexed_while_building,
         r.indexed
