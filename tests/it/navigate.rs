@@ -17,18 +17,18 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
             descend: 4 node(s) → 16 child node(s)
             grep: "What did chen propose about fares" at detailed/full within the working set: 20 hit(s)
             grep: "What did chen propose about fares" at full: 88 hit(s)
-            peek: 6 full node(s), 393 tokens
+            peek: 10 full node(s), 672 tokens
             finish: 3 citation(s), confidence 1.00, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
-            | read 6 chunk(s), 16 candidate sentence(s); cited the best 3 of 176 ranked turn(s)
-            | cited first: turn ranked 2 (neighbour 3.832, retrieval 0.960, score 4.792); its best sentence, terms fare, propos, chen
-            | cited also: turn ranked 4 (neighbour 4.594, retrieval 0.914, score 5.508); its best sentence, terms fare, propos, chen
-            | cited also: turn ranked 1 (neighbour 2.020, retrieval 1.000, score 3.020); its best sentence, terms chen, fare, propos
+            | read 10 chunk(s), 20 candidate sentence(s); cited the best 3 of 176 ranked turn(s)
+            | cited first: turn ranked 1 (named_speaker 1.000, neighbour 3.832, retrieval 0.960, score 4.792); its best sentence, terms fare, propos, chen
+            | cited also: turn ranked 2 (named_speaker 1.000, neighbour 4.594, retrieval 0.914, score 5.508); its best sentence, terms fare, propos, chen
+            | cited also: turn ranked 3 (named_speaker 1.000, neighbour 2.142, retrieval 0.648, score 2.790); its best sentence, terms fare, chen
             = confidence 1.00, ready true, 3 citation(s)
             [189..314) data/debate.jsonl#43 (round 11, chen): "Any plan that raises fares to cover operating costs will hit my ward hardest, and I want that said before anyone proposes it."
             [21..199) data/debate.jsonl#47 (round 12, chen): "I propose a daily fare cap of $6.50 and a monthly cap of $72, so that once a rider has paid for two trips in a day, or the price of a pass in a month, every further ride is free."
-            [0..171) data/debate.jsonl#157 (round 40, alice): "While we wait for Chen, I would like to confirm that the fare integration I proposed earlier — one fare and free transfers on the HarbourCard — is part of the package."
+            [92..297) data/debate.jsonl#159 (round 40, chen): "For most of this debate I argued for buses instead of rail; tonight I support Port Aldous Connects, because it builds the Blue Corridor first, puts a station at Tanner's Lane and writes fare caps into law."
         "#]],
     );
 }
@@ -116,7 +116,7 @@ fn a_second_hop_follows_the_name_the_first_answer_gives() {
             descend: 4 node(s) → 16 child node(s)
             grep: "Which firm reviewed the surface estimate that changed bob's position" at detailed/full within the working set: 25 hit(s)
             grep: "Which firm reviewed the surface estimate that changed bob's position" at full: 110 hit(s)
-            peek: 7 full node(s), 549 tokens
+            peek: 10 full node(s), 744 tokens
             descend: 1 node(s) → 44 child node(s)
             grep: "Kessling firm reviewed position" at summary/detailed/full: 48 hit(s)
             descend: 4 node(s) → 16 child node(s)
@@ -126,10 +126,10 @@ fn a_second_hop_follows_the_name_the_first_answer_gives() {
             finish: 3 citation(s), confidence 0.59, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
-            | read 7 chunk(s), 21 candidate sentence(s); cited the best 3 of 176 ranked turn(s)
-            | cited first: turn ranked 2 (neighbour 4.445, retrieval 0.975, score 5.420); its best sentence, terms chang, estim, s, surfac, bob
-            | cited also: turn ranked 5 (neighbour 2.588, retrieval 0.786, score 3.374); its best sentence, terms chang, surfac, bob
-            | cited also: turn ranked 6 (neighbour 1.746, retrieval 0.741, score 2.487); its best sentence, terms chang, estim, s, bob
+            | read 10 chunk(s), 24 candidate sentence(s); cited the best 3 of 176 ranked turn(s)
+            | cited first: turn ranked 1 (named_speaker 1.000, neighbour 4.445, retrieval 0.975, score 5.420); its best sentence, terms chang, estim, s, surfac, bob
+            | cited also: turn ranked 2 (named_speaker 1.000, neighbour 2.588, retrieval 0.786, score 3.374); its best sentence, terms chang, surfac, bob
+            | cited also: turn ranked 3 (named_speaker 1.000, neighbour 1.746, retrieval 0.741, score 2.487); its best sentence, terms chang, estim, s, bob
             | second hop through "Kessling": "Kessling firm reviewed position"
             | iteration 3: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 4: grep within the groups picked chunks: working set 16 → 6
@@ -267,5 +267,83 @@ fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
         r.citations.iter().all(|c| !c.quote.ends_with('?')),
         "a question quoted back: {:?}",
         r.citations
+    );
+}
+
+/// A question that names a speaker ("What did the Industrial Designer say about …") is
+/// answered from what their turns say: the words of the name are not searched for (every
+/// turn's label holds them, and a meeting's many "Yeah." turns by that speaker matched
+/// them best), and the named speaker's turns that hold the question's other words come
+/// first. A role written in lower case ("the industrial design of the case") names no one.
+#[test]
+fn a_question_naming_a_speaker_is_answered_by_what_their_turns_say() {
+    use crate::support::{T0, rt, write};
+    use strata::{Config, Engine};
+    let e = Engine::in_memory(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let filler = [
+        "We should keep the battery compartment on the back so that it is easy to open for anyone.",
+        "The budget for the project is twelve euros and fifty cents per unit, which limits the chips we can use.",
+        "I will send the minutes of this meeting to everyone by email after lunch today.",
+        "The scroll wheel needs a rubber coating, otherwise it slips under the thumb.",
+        "Our company colours are yellow and black, and the logo has to be visible on the front of the case.",
+        "Speech recognition is too expensive for this price range, according to the engineers.",
+    ];
+    let short = ["Yeah.", "Huh.", "Okay.", "Right.", "Mm-hmm.", "No."];
+    let mut turns: Vec<(&str, &str)> = Vec::new();
+    for i in 0..30 {
+        let other = if i % 2 == 1 {
+            "Project Manager"
+        } else {
+            "Marketing"
+        };
+        turns.push((other, filler[i % filler.len()]));
+        turns.push(("Industrial Designer", short[i % short.len()]));
+    }
+    let taste = "From my side, I looked at the trend reports and the shops, and what I found is that \
+                 taste these days runs to soft materials and bright primary colours, so our case \
+                 should not look like a grey brick.";
+    turns.insert(31, ("Industrial Designer", taste));
+    let mut lines = String::new();
+    for (i, (sp, text)) in turns.iter().enumerate() {
+        lines.push_str(&format!(
+            "{{\"round\": {}, \"speaker\": \"{sp}\", \"text\": {}}}\n",
+            i / 4 + 1,
+            serde_json::to_string(text).unwrap()
+        ));
+    }
+    let path = write(dir.path(), "meeting.jsonl", lines);
+    e.ingest_files("meeting", None, &[path], T0).unwrap();
+    let ask = |q: &str| {
+        rt().block_on(e.query(&strata::Ask::new(&["meeting".to_string()], q, T0)))
+            .unwrap()
+    };
+    let r = ask("What did the Industrial Designer say about the customers' taste?");
+    assert_eq!(r.citations.first().map(|c| c.quote.as_str()), Some(taste));
+    assert!(
+        r.citations
+            .iter()
+            .all(|c| !short.contains(&c.quote.as_str())),
+        "{:?}",
+        r.citations
+    );
+    let cited: Vec<&String> = r
+        .refinement_history
+        .iter()
+        .filter(|h| h.starts_with("cited first"))
+        .collect();
+    assert!(
+        cited.len() == 1 && cited[0].contains("named_speaker 1.000"),
+        "{:?}",
+        r.refinement_history
+    );
+    // In lower case a role is a common word: no speaker is named, nothing comes first.
+    let r = ask("What was said about the industrial design of the case?");
+    assert!(
+        r.refinement_history
+            .iter()
+            .all(|h| !h.contains("named_speaker")),
+        "{:?}",
+        r.refinement_history
     );
 }

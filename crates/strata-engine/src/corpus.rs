@@ -20,6 +20,7 @@ use crate::store::Store;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+pub(crate) mod speakers;
 pub(crate) mod turns;
 
 /// A read handle on one engine's store, index and embedder. Cheap to copy.
@@ -63,6 +64,44 @@ impl Question {
     /// The terms of the names it writes with a capital (not its first word).
     pub(crate) fn names(&self) -> &HashSet<String> {
         &self.analysed.names
+    }
+
+    /// The question without `terms` (the words that name speakers, for a search that
+    /// ranks turns by what they say), or None when nothing else is left.
+    pub(crate) fn without(&self, terms: &HashSet<String>) -> Option<Question> {
+        if terms.is_empty() {
+            return Some(self.clone());
+        }
+        let kept: Vec<String> = self
+            .analysed
+            .terms
+            .iter()
+            .filter(|t| !terms.contains(*t))
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        Some(Question {
+            text: self.text.clone(),
+            analysed: Analysed {
+                names: self
+                    .analysed
+                    .names
+                    .iter()
+                    .filter(|t| !terms.contains(*t))
+                    .cloned()
+                    .collect(),
+                terms: kept,
+            },
+            weights: self
+                .weights
+                .iter()
+                .filter(|(t, _)| !terms.contains(*t))
+                .map(|(t, w)| (t.clone(), *w))
+                .collect(),
+            set: self.set,
+        })
     }
 
     /// Whether it asks for a set ("which speakers objected", "list every deadline"): then

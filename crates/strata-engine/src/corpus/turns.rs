@@ -34,6 +34,8 @@ pub(crate) struct TurnScore {
     pub(crate) hit: f64,
     pub(crate) neighbour: f64,
     pub(crate) reply: f64,
+    /// Whether a speaker the question names as the one speaking said it.
+    pub(crate) named_speaker: bool,
 }
 
 impl TurnScore {
@@ -58,6 +60,9 @@ impl TurnScore {
         if self.reply > 0.0 {
             why.insert("reply_to_question".to_string(), round3(self.reply));
         }
+        if self.named_speaker {
+            why.insert("named_speaker".to_string(), 1.0);
+        }
         why.insert("score".to_string(), round3(self.score()));
         why
     }
@@ -65,8 +70,10 @@ impl TurnScore {
 
 /// The order in which a window takes `turns`: first the distinct pieces of evidence (a
 /// hit, or a reply to a question that hit, with at least [`EVIDENCE_FLOOR`] of the best
-/// hit's score), by their own evidence; then every turn by its score with the discussion
-/// around it. A turn may appear in both passes (it is taken once); ties in reading order.
+/// hit's score), those of a speaker the question names as the one speaking first (when
+/// the caller names them), each by their own evidence; then every turn by its score with
+/// the discussion around it. A turn may appear in both passes (it is taken once); ties in
+/// reading order.
 pub(crate) fn passes(turns: &[TurnScore]) -> (Vec<usize>, Vec<usize>) {
     let mut first: Vec<usize> = (0..turns.len())
         .filter(|&i| turns[i].direct() >= EVIDENCE_FLOOR)
@@ -74,8 +81,9 @@ pub(crate) fn passes(turns: &[TurnScore]) -> (Vec<usize>, Vec<usize>) {
     let at = |i: usize| (turns[i].plan, turns[i].chunk);
     first.sort_by(|&a, &b| {
         turns[b]
-            .direct()
-            .total_cmp(&turns[a].direct())
+            .named_speaker
+            .cmp(&turns[a].named_speaker)
+            .then(turns[b].direct().total_cmp(&turns[a].direct()))
             .then(at(a).cmp(&at(b)))
     });
     let mut second: Vec<usize> = (0..turns.len()).collect();
@@ -88,13 +96,16 @@ pub(crate) fn passes(turns: &[TurnScore]) -> (Vec<usize>, Vec<usize>) {
     (first, second)
 }
 
-/// Every turn (FULL chunk, of a conversation or a document) of `trees` with some evidence for the question whose FULL-level
-/// `hits` are given, in reading order (plan, chunk). Scores are over the best hit's. The
-/// texts read to tell questions are kept in `texts` by (plan, chunk).
+/// Every turn (FULL chunk, of a conversation or a document) of `trees` with some evidence
+/// for the question whose FULL-level `hits` are given, in reading order (plan, chunk).
+/// Scores are over the best hit's; `subjects` are the speakers the question names as the
+/// one speaking ([`super::speakers::named`]). The texts read to tell questions are kept
+/// in `texts` by (plan, chunk).
 pub(crate) fn turn_scores(
     corpus: &Corpus<'_>,
     trees: &Trees,
     hits: &[(crate::node::NodeId, f32)],
+    subjects: &std::collections::BTreeSet<String>,
     now: u64,
     texts: &mut HashMap<(usize, usize), String>,
 ) -> Result<Vec<TurnScore>> {
@@ -164,6 +175,10 @@ pub(crate) fn turn_scores(
                 hit: hit[ci],
                 neighbour,
                 reply,
+                named_speaker: plan.sources[plan.chunks[ci].source]
+                    .speaker
+                    .as_ref()
+                    .is_some_and(|s| subjects.contains(s)),
             };
             if t.score() > 0.0 {
                 out.push(t);

@@ -28,10 +28,6 @@ pub(super) struct SameRound {
     pub(super) anchor: String,
 }
 
-/// Words after which a named speaker is the one spoken about, not the one speaking.
-const OBJECT_MARKERS: &[&str] = &[
-    "with", "to", "against", "from", "than", "about", "for", "at", "toward", "towards",
-];
 const EARLIEST: &[&str] = &["first", "earliest", "initially", "originally", "initial"];
 const LATEST: &[&str] = &["last", "latest", "final", "finally", "lastly", "recent"];
 const SAME_ROUND: &[&str] = &[
@@ -57,7 +53,6 @@ pub(super) fn normalise_question(q: &str) -> String {
 impl Cues {
     pub(super) fn of(ex: &Explorer<'_>, question: &Question) -> Cues {
         let q = question.text();
-        let index = ex.corpus;
         let words: Vec<String> = q
             .split(|c: char| !c.is_alphanumeric() && c != '\'')
             .filter(|w| !w.is_empty())
@@ -90,32 +85,9 @@ impl Cues {
                 break;
             }
         }
-        let mut speakers: HashSet<String> = HashSet::new();
-        for p in &ex.trees.plans {
-            for s in &p.sources {
-                if let Some(sp) = &s.speaker {
-                    speakers.insert(sp.to_lowercase());
-                }
-            }
-        }
-        for (i, w) in words.iter().enumerate() {
-            if !speakers.contains(w) {
-                continue;
-            }
-            let object = i > 0 && OBJECT_MARKERS.contains(&words[i - 1].as_str());
-            for t in index.analyze(w) {
-                if object {
-                    c.objects.insert(t);
-                } else {
-                    c.subjects.insert(t);
-                }
-            }
-        }
-        // A name both spoken and spoken about (rare) counts as the speaker.
-        let both: Vec<String> = c.objects.intersection(&c.subjects).cloned().collect();
-        for t in both {
-            c.objects.remove(&t);
-        }
+        let named = crate::corpus::speakers::named(&ex.corpus, question, &ex.trees);
+        c.subjects = named.subject_terms;
+        c.objects = named.object_terms;
         c
     }
 }

@@ -191,9 +191,25 @@ pub(super) fn retrieve(
 /// evidence, then the rest by their score.
 fn ranked_turns(ex: &mut Explorer<'_>, question: &Question) -> Result<Vec<RankedTurn>> {
     use crate::corpus::turns as focus;
-    let hits = ex.grep(question, &[Level::Full], None, ex.cfg.max_nodes)?;
+    // Ranked by what turns say, the speaker named as the one speaking first (as the
+    // question-focused window ranks them: `corpus::speakers`).
+    let named = crate::corpus::speakers::named(&ex.corpus, question, &ex.trees);
+    let said = question.without(&named.terms);
+    let hits = ex.grep(
+        said.as_ref().unwrap_or(question),
+        &[Level::Full],
+        None,
+        ex.cfg.max_nodes,
+    )?;
     let mut texts = HashMap::new();
-    let scored = focus::turn_scores(&ex.corpus, &ex.trees, &hits, ex.now, &mut texts)?;
+    let scored = focus::turn_scores(
+        &ex.corpus,
+        &ex.trees,
+        &hits,
+        &named.subjects,
+        ex.now,
+        &mut texts,
+    )?;
     let (first, second) = focus::passes(&scored);
     let best = scored.iter().map(|t| t.score()).fold(1e-9, f64::max);
     let mut seen = vec![false; scored.len()];

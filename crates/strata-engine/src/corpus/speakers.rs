@@ -1,0 +1,152 @@
+//! The speakers a question names. A turn's label ("Industrial Designer (round 6): ") is
+//! indexed with its text so that a question naming a speaker can reach their turns — but
+//! a turn whose label is all it shares with the question is not evidence: ranked by
+//! words, every "Huh." of the Industrial Designer matched "What did Industrial Designer
+//! say about the customers' taste?" better than the turn about taste did. So a search
+//! that ranks turns drops the words that name speakers, and the speaker the question asks
+//! about decides which of the turns that hold its other words come first.
+
+use super::{Corpus, Question, Trees};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+/// Words after which a named speaker is the one spoken about, not the one speaking
+/// ("who disagreed *with* Okafor"): English function words, not tuned to any text.
+pub(crate) const OBJECT_MARKERS: &[&str] = &[
+    "with", "to", "against", "from", "than", "about", "for", "at", "toward", "towards",
+];
+
+/// The speakers a question names.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Named {
+    /// Named as the one speaking ("what did Caroline say", "the Marketing's opinion").
+    pub(crate) subjects: BTreeSet<String>,
+    /// Named as the one spoken about ("who agreed with the Project Manager").
+    pub(crate) objects: BTreeSet<String>,
+    /// The question's analysed terms that name them, written with a capital (dropped
+    /// from a turn search).
+    pub(crate) terms: HashSet<String>,
+    /// The subjects' analysed name terms.
+    pub(crate) subject_terms: HashSet<String>,
+    /// The objects' analysed name terms.
+    pub(crate) object_terms: HashSet<String>,
+}
+
+/// The speakers of `trees` that `question` names. A speaker's name is its analysed terms
+/// (stop words dropped, stemmed: "Hon. Navdeep Bains" → hon, navdeep, bain); a word the
+/// question writes with a capital (not its first) names when its term is one that at
+/// most half of the scope's speakers hold (a title every minister holds names
+/// no one; "grad" among five grads and two professors names the grads). A question
+/// word names the speakers holding its term; of those, a speaker whose name shares more
+/// of the question's naming terms than another's wins ("Grad F" over "Grad E" when "f"
+/// is a term). A name right after a word such as "with" or "about" is spoken about.
+pub(crate) fn named(corpus: &Corpus<'_>, question: &Question, trees: &Trees) -> Named {
+    let mut names: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for p in &trees.plans {
+        for s in &p.sources {
+            if let Some(sp) = &s.speaker
+                && !names.contains_key(sp.as_str())
+            {
+                names.insert(sp, corpus.analyze(sp).into_iter().collect());
+            }
+        }
+    }
+    let mut out = Named::default();
+    if names.is_empty() {
+        return out;
+    }
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    for terms in names.values() {
+        for t in terms {
+            *held.entry(t).or_default() += 1;
+        }
+    }
+    let most = (names.len() / 2).max(1);
+    let whole: HashSet<String> = names.keys().map(|n| n.to_lowercase()).collect();
+    // The question's words in order. A word written with a capital (not the question's
+    // first) names; role names are common words ("the Industrial Designer" names a
+    // speaker, "functional design" does not). A word that is a whole name ("what did
+    // chen propose") names too, but stays in the search: in lower case it may as well be
+    // the common word ("their marketing strategy").
+    let words: Vec<(String, bool)> = question
+        .text()
+        .split(|c: char| !c.is_alphanumeric() && c != '\'' && c != '-')
+        .filter(|w| !w.is_empty())
+        .enumerate()
+        .map(|(i, w)| {
+            let capital = i > 0 && w.chars().next().is_some_and(char::is_uppercase);
+            let w = w
+                .trim_end_matches("'s")
+                .trim_end_matches('\'')
+                .to_lowercase();
+            (w, capital)
+        })
+        .collect();
+    // term → (spoken about, written with a capital)
+    let mut naming: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    let mut marker = false;
+    for (w, capital) in &words {
+        let terms = corpus.analyze(w);
+        let names_one = (*capital
+            && terms
+                .iter()
+                .any(|t| held.get(t.as_str()).is_some_and(|&n| n <= most)))
+            || whole.contains(w);
+        if names_one {
+            for t in terms {
+                if held.get(t.as_str()).is_some_and(|&n| n <= most) || whole.contains(w) {
+                    // A term named twice counts as the speaker if once it is, and as
+                    // written with a capital if once it is.
+                    let e = naming.entry(t).or_insert((marker, *capital));
+                    e.0 &= marker;
+                    e.1 |= *capital;
+                }
+            }
+            // "the Project Manager": the marker before a name's first word covers it all.
+            continue;
+        }
+        // Stop words ("the") keep what came before them.
+        if OBJECT_MARKERS.contains(&w.as_str()) {
+            marker = true;
+        } else if !terms.is_empty() {
+            marker = false;
+        }
+    }
+    if naming.is_empty() {
+        return out;
+    }
+    let matched: Vec<(&str, BTreeSet<&String>)> = names
+        .iter()
+        .map(|(sp, terms)| {
+            (
+                *sp,
+                terms.iter().filter(|t| naming.contains_key(*t)).collect(),
+            )
+        })
+        .filter(|(_, m): &(&str, BTreeSet<&String>)| !m.is_empty())
+        .collect();
+    for (sp, m) in &matched {
+        let beaten = matched
+            .iter()
+            .any(|(_, o)| o.len() > m.len() && o.is_superset(m));
+        if beaten {
+            continue;
+        }
+        let object = m.iter().all(|t| naming[*t].0);
+        for t in m {
+            if naming[*t].1 {
+                out.terms.insert((*t).clone());
+            }
+            if object {
+                out.object_terms.insert((*t).clone());
+            } else {
+                out.subject_terms.insert((*t).clone());
+            }
+        }
+        if object {
+            out.objects.insert(sp.to_string());
+        } else {
+            out.subjects.insert(sp.to_string());
+        }
+    }
+    out
+}
