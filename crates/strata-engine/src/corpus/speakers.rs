@@ -20,8 +20,6 @@ pub(crate) const OBJECT_MARKERS: &[&str] = &[
 pub(crate) struct Named {
     /// Named as the one speaking ("what did Caroline say", "the Marketing's opinion").
     pub(crate) subjects: BTreeSet<String>,
-    /// Named as the one spoken about ("who agreed with the Project Manager").
-    pub(crate) objects: BTreeSet<String>,
     /// The question's analysed terms that name them, written with a capital (dropped
     /// from a turn search).
     pub(crate) terms: HashSet<String>,
@@ -142,9 +140,7 @@ pub(crate) fn named(corpus: &Corpus<'_>, question: &Question, trees: &Trees) -> 
                 out.subject_terms.insert((*t).clone());
             }
         }
-        if object {
-            out.objects.insert(sp.to_string());
-        } else {
+        if !object {
             out.subjects.insert(sp.to_string());
         }
     }

@@ -17,6 +17,8 @@ pub(super) struct Cues {
     pub(super) subjects: HashSet<String>,
     /// Analysed terms of speakers the question names as someone spoken about.
     pub(super) objects: HashSet<String>,
+    /// The speakers it names, and the words that name them.
+    pub(super) named: crate::corpus::speakers::Named,
 }
 
 /// A question that names a round by what happened in it, split in two.
@@ -85,9 +87,9 @@ impl Cues {
                 break;
             }
         }
-        let named = crate::corpus::speakers::named(&ex.corpus, question, &ex.trees);
-        c.subjects = named.subject_terms;
-        c.objects = named.object_terms;
+        c.named = crate::corpus::speakers::named(&ex.corpus, question, &ex.trees);
+        c.subjects = c.named.subject_terms.clone();
+        c.objects = c.named.object_terms.clone();
         c
     }
 }

@@ -153,7 +153,7 @@ pub(super) fn retrieve(
     );
     let mut turns = Vec::new();
     let chunk_rank: HashMap<NodeId, f64> = if searches_turns && !super::wants_set(ex, question) {
-        turns = ranked_turns(ex, question)?;
+        turns = ranked_turns(ex, question, &cues.named)?;
         for t in turns.iter().take(keep) {
             if !fulls.contains(&t.id) {
                 fulls.push(t.id);
@@ -189,11 +189,14 @@ pub(super) fn retrieve(
 /// each turn's score with what the hits near it and the question it replies to lend it;
 /// first the turns that are evidence of their own (a hit, or a reply to one), by their own
 /// evidence, then the rest by their score.
-fn ranked_turns(ex: &mut Explorer<'_>, question: &Question) -> Result<Vec<RankedTurn>> {
+fn ranked_turns(
+    ex: &mut Explorer<'_>,
+    question: &Question,
+    named: &crate::corpus::speakers::Named,
+) -> Result<Vec<RankedTurn>> {
     use crate::corpus::turns as focus;
-    // Ranked by what turns say, the speaker named as the one speaking first (as the
-    // question-focused window ranks them: `corpus::speakers`).
-    let named = crate::corpus::speakers::named(&ex.corpus, question, &ex.trees);
+    // Ranked by what turns say (without the words naming speakers, which every turn's
+    // label holds), the speaker named as the one speaking first (`corpus::speakers`).
     let said = question.without(&named.terms);
     let hits = ex.grep(
         said.as_ref().unwrap_or(question),
