@@ -215,10 +215,6 @@ fn the_demo_answers() {
 /// question asked in the chat is never quoted back as the answer.
 #[test]
 fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
-    use crate::support::{T0, rt, write};
-    use strata::{Config, Engine};
-    let e = Engine::in_memory(Config::default()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let turns = [
         ("Melanie", "Hey Caroline! How was your weekend?"),
         (
@@ -239,20 +235,8 @@ fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
         ),
         ("Caroline", "Nice, green kitchens are calming."),
     ];
-    let mut lines = String::new();
-    for (i, (sp, text)) in turns.iter().enumerate() {
-        lines.push_str(&format!(
-            "{{\"round\": {}, \"speaker\": \"{sp}\", \"text\": {}}}\n",
-            i / 2 + 1,
-            serde_json::to_string(text).unwrap()
-        ));
-    }
-    let path = write(dir.path(), "chat.jsonl", lines);
-    e.ingest_files("chat", None, &[path], T0).unwrap();
-    let ask = |q: &str| {
-        rt().block_on(e.query(&strata::Ask::new(&["chat".to_string()], q, T0)))
-            .unwrap()
-    };
+    let e = conversation(&turns, 2);
+    let ask = |q: &str| ask(&e, q);
     let r = ask("What did Caroline realise after the charity race?");
     assert!(r.ready, "{:?}", r.refinement_history);
     assert!(
@@ -277,10 +261,6 @@ fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
 /// first. A role written in lower case ("the industrial design of the case") names no one.
 #[test]
 fn a_question_naming_a_speaker_is_answered_by_what_their_turns_say() {
-    use crate::support::{T0, rt, write};
-    use strata::{Config, Engine};
-    let e = Engine::in_memory(Config::default()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let filler = [
         "We should keep the battery compartment on the back so that it is easy to open for anyone.",
         "The budget for the project is twelve euros and fifty cents per unit, which limits the chips we can use.",
@@ -304,20 +284,8 @@ fn a_question_naming_a_speaker_is_answered_by_what_their_turns_say() {
                  taste these days runs to soft materials and bright primary colours, so our case \
                  should not look like a grey brick.";
     turns.insert(31, ("Industrial Designer", taste));
-    let mut lines = String::new();
-    for (i, (sp, text)) in turns.iter().enumerate() {
-        lines.push_str(&format!(
-            "{{\"round\": {}, \"speaker\": \"{sp}\", \"text\": {}}}\n",
-            i / 4 + 1,
-            serde_json::to_string(text).unwrap()
-        ));
-    }
-    let path = write(dir.path(), "meeting.jsonl", lines);
-    e.ingest_files("meeting", None, &[path], T0).unwrap();
-    let ask = |q: &str| {
-        rt().block_on(e.query(&strata::Ask::new(&["meeting".to_string()], q, T0)))
-            .unwrap()
-    };
+    let e = conversation(&turns, 4);
+    let ask = |q: &str| ask(&e, q);
     let r = ask("What did the Industrial Designer say about the customers' taste?");
     assert_eq!(r.citations.first().map(|c| c.quote.as_str()), Some(taste));
     assert!(
@@ -346,4 +314,29 @@ fn a_question_naming_a_speaker_is_answered_by_what_their_turns_say() {
         "{:?}",
         r.refinement_history
     );
+}
+
+/// An engine holding `turns` (speaker, text) as the debate "chat", `per_round` turns a round.
+fn conversation(turns: &[(&str, &str)], per_round: usize) -> strata::Engine {
+    use crate::support::{T0, write};
+    let e = strata::Engine::in_memory(strata::Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = String::new();
+    for (i, (sp, text)) in turns.iter().enumerate() {
+        lines.push_str(&format!(
+            "{{\"round\": {}, \"speaker\": \"{sp}\", \"text\": {}}}\n",
+            i / per_round + 1,
+            serde_json::to_string(text).unwrap()
+        ));
+    }
+    let path = write(dir.path(), "chat.jsonl", lines);
+    e.ingest_files("chat", None, &[path], T0).unwrap();
+    e
+}
+
+/// `question` asked of [`conversation`]'s "chat" with the default settings.
+fn ask(e: &strata::Engine, question: &str) -> strata::QueryResult {
+    use crate::support::{T0, rt};
+    rt().block_on(e.query(&strata::Ask::new(&["chat".to_string()], question, T0)))
+        .unwrap()
 }
