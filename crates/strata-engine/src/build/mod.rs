@@ -181,7 +181,17 @@ struct Run<'a> {
     depths: crate::plan::CallDepths,
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
+    /// Whether nodes are written in batches ([`BATCH`]): when the offline compressor makes
+    /// them (a node every few hundred microseconds, each in its own transaction was a
+    /// tenth of the build), not a model (a node made by a paid call is written at once).
+    batching: bool,
+    /// Nodes made and not yet written, in the order they were made, with their marks. The
+    /// build reads its own nodes through [`Run::stored`], which looks here first.
+    batch: Mutex<Vec<(Node, Option<FallbackMark>)>>,
 }
+
+/// How many nodes the offline build writes in one transaction.
+const BATCH: usize = 64;
 
 impl Builder<'_> {
     /// Runs the build. Returns the report and the nodes it built (for the index).
@@ -209,13 +219,15 @@ impl Builder<'_> {
             depths: self.plan.call_depths(),
             built: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
+            batching: !marking,
+            batch: Mutex::new(Vec::new()),
         };
         self.progress.start(
             self.plan.n_derived() as u64,
             &format!("compressing {}", self.plan.scope),
         );
         let meter = Arc::new(Meter::default());
-        usage::metered(meter.clone(), async {
+        let built = usage::metered(meter.clone(), async {
             // The tree as futures: every node has one parent, so each future is awaited by
             // its parent only; a reduction starts as soon as its own inputs exist.
             let plan = self.plan;
@@ -255,7 +267,11 @@ impl Builder<'_> {
             }
             Ok::<(), crate::Error>(())
         })
-        .await?;
+        .await;
+        // What was made is written even when the build stops on an error.
+        let written = run.write_batch(&mut run.batch.lock().expect("poisoned"));
+        built?;
+        written?;
         self.progress.finish();
         let built = run.built.into_inner().expect("poisoned");
         let failures = run.failures.into_inner().expect("poisoned");
@@ -368,19 +384,14 @@ impl Run<'_> {
                 self.b.store.remove_node_embeddings(&node.id)?;
             }
         }
-        {
-            let forgets = self.b.forgets.read();
-            if *forgets != self.b.generation {
-                let inputs = self.b.store.get_nodes(&node.children)?;
-                if inputs.iter().any(Option::is_none) {
-                    return Err(crate::Error::NotBuilt(format!(
-                        "{}: sources were forgotten while this build ran; build again",
-                        self.b.plan.scope
-                    )));
-                }
+        if self.batching {
+            let mut batch = self.batch.lock().expect("poisoned");
+            batch.push((node.clone(), mark));
+            if batch.len() >= BATCH {
+                self.write_batch(&mut batch)?;
             }
-            self.b.store.put_node_marked(&node, mark)?;
-            crate::fail::point("build:node-written");
+        } else {
+            self.write_batch(&mut vec![(node.clone(), mark)])?;
         }
         if let Some(m) = mark {
             self.marks.lock().expect("poisoned").insert(node.id, m);
@@ -388,6 +399,87 @@ impl Run<'_> {
         self.built.lock().expect("poisoned").push(node.clone());
         self.b.progress.inc(1);
         Ok(node)
+    }
+
+    /// Writes `batch` (emptied): one transaction per run of nodes with the same mark, in
+    /// the order they were made, so a node is never stored before its inputs. After a
+    /// forget moved the generation, a node is written only if each of its inputs is still
+    /// stored or written before it here (a forget removes every node over what it forgot).
+    fn write_batch(&self, batch: &mut Vec<(Node, Option<FallbackMark>)>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let forgets = self.b.forgets.read();
+        if *forgets != self.b.generation {
+            let mut here: HashSet<NodeId> = HashSet::new();
+            for (node, _) in batch.iter() {
+                let outside: Vec<NodeId> = node
+                    .children
+                    .iter()
+                    .filter(|c| !here.contains(*c))
+                    .copied()
+                    .collect();
+                if self
+                    .b
+                    .store
+                    .get_nodes(&outside)?
+                    .iter()
+                    .any(Option::is_none)
+                {
+                    batch.clear();
+                    return Err(crate::Error::NotBuilt(format!(
+                        "{}: sources were forgotten while this build ran; build again",
+                        self.b.plan.scope
+                    )));
+                }
+                here.insert(node.id);
+            }
+        }
+        let mut rest: &[(Node, Option<FallbackMark>)] = batch;
+        while let Some((_, mark)) = rest.first() {
+            let n = rest.iter().take_while(|(_, m)| m == mark).count();
+            let nodes: Vec<Node> = rest[..n].iter().map(|(node, _)| node.clone()).collect();
+            self.b.store.put_nodes_marked(&nodes, *mark)?;
+            rest = &rest[n..];
+        }
+        drop(forgets);
+        for _ in batch.drain(..) {
+            crate::fail::point("build:node-written");
+        }
+        Ok(())
+    }
+
+    /// A node this build reads (an input of the next): the batch not yet written first,
+    /// then the store.
+    fn stored(&self, id: &NodeId) -> Result<Option<Node>> {
+        if self.batching
+            && let Some((node, _)) = self
+                .batch
+                .lock()
+                .expect("poisoned")
+                .iter()
+                .rev()
+                .find(|(node, _)| node.id == *id)
+        {
+            return Ok(Some(node.clone()));
+        }
+        self.b.store.get_node(id)
+    }
+
+    /// [`Run::stored`], live at `now`.
+    fn stored_live(&self, id: &NodeId, now: u64) -> Result<Option<Node>> {
+        if self.batching
+            && let Some((node, _)) = self
+                .batch
+                .lock()
+                .expect("poisoned")
+                .iter()
+                .rev()
+                .find(|(node, _)| node.id == *id)
+        {
+            return Ok(node.is_live(now).then(|| node.clone()));
+        }
+        self.b.store.get_live(id, now)
     }
 
     /// Asks the model, validates the output (faithfulness included), retries, and falls

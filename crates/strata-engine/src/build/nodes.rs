@@ -281,7 +281,7 @@ impl Run<'_> {
         }
         let mut inputs: Vec<Node> = Vec::with_capacity(ids.len());
         for i in ids.into_iter().flatten() {
-            inputs.push(self.b.store.get_node(&i)?.ok_or_else(|| {
+            inputs.push(self.stored(&i)?.ok_or_else(|| {
                 crate::Error::DataCorruption(format!("SUMMARY {i} vanished during the build"))
             })?);
         }
@@ -371,7 +371,7 @@ impl Run<'_> {
             _ => {
                 let mut v = Vec::with_capacity(target.children.len());
                 for d in &target.children {
-                    let det = self.b.store.get_node(d)?.ok_or_else(|| {
+                    let det = self.stored(d)?.ok_or_else(|| {
                         crate::Error::DataCorruption(format!("DETAILED node {d} is missing"))
                     })?;
                     v.extend(det.children);
@@ -381,7 +381,7 @@ impl Run<'_> {
         };
         let mut pieces: Vec<(Span, String)> = Vec::with_capacity(fulls.len());
         for id in &fulls {
-            let n = self.b.store.get_node(id)?.ok_or_else(|| {
+            let n = self.stored(id)?.ok_or_else(|| {
                 crate::Error::DataCorruption(format!("FULL node {id} is missing"))
             })?;
             let span = n.citations.first().cloned().ok_or_else(|| {
@@ -437,7 +437,7 @@ impl Run<'_> {
             for g in &self.b.plan.groups {
                 let mid = self.b.plan.metadata().get(&g.summary).copied();
                 if let Some(n) = mid
-                    .map(|m| self.b.store.get_live(&m, self.b.now))
+                    .map(|m| self.stored_live(&m, self.b.now))
                     .transpose()?
                     .flatten()
                     && let Some(t) = n.meta.tags

@@ -782,6 +782,12 @@ impl Store {
         self.write_nodes(nodes, None)
     }
 
+    /// Writes nodes, each with its deadline, expiry entry, pending-index mark and the
+    /// fallback `mark`, in one atomic step.
+    pub fn put_nodes_marked(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
+        self.write_nodes(nodes, mark)
+    }
+
     fn write_nodes(&self, nodes: &[Node], mark: Option<FallbackMark>) -> Result<()> {
         if nodes.is_empty() {
             return Ok(());
