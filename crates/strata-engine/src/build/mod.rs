@@ -404,15 +404,19 @@ impl Run<'_> {
     /// Writes `batch` (emptied): one transaction per run of nodes with the same mark, in
     /// the order they were made, so a node is never stored before its inputs. After a
     /// forget moved the generation, a node is written only if each of its inputs is still
-    /// stored or written before it here (a forget removes every node over what it forgot).
+    /// stored or written before it here (a forget removes every node over what it forgot);
+    /// the others are not, and the build is told to run again (`NotBuilt`).
     fn write_batch(&self, batch: &mut Vec<(Node, Option<FallbackMark>)>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
+        let mut nodes = std::mem::take(batch);
         let forgets = self.b.forgets.read();
+        let mut refused = 0;
         if *forgets != self.b.generation {
             let mut here: HashSet<NodeId> = HashSet::new();
-            for (node, _) in batch.iter() {
+            let mut kept = Vec::with_capacity(nodes.len());
+            for (node, mark) in nodes {
                 let outside: Vec<NodeId> = node
                     .children
                     .iter()
@@ -424,27 +428,32 @@ impl Run<'_> {
                     .store
                     .get_nodes(&outside)?
                     .iter()
-                    .any(Option::is_none)
+                    .all(Option::is_some)
                 {
-                    batch.clear();
-                    return Err(crate::Error::NotBuilt(format!(
-                        "{}: sources were forgotten while this build ran; build again",
-                        self.b.plan.scope
-                    )));
+                    here.insert(node.id);
+                    kept.push((node, mark));
+                } else {
+                    refused += 1;
                 }
-                here.insert(node.id);
             }
+            nodes = kept;
         }
-        let mut rest: &[(Node, Option<FallbackMark>)] = batch;
+        let mut rest: &[(Node, Option<FallbackMark>)] = &nodes;
         while let Some((_, mark)) = rest.first() {
             let n = rest.iter().take_while(|(_, m)| m == mark).count();
-            let nodes: Vec<Node> = rest[..n].iter().map(|(node, _)| node.clone()).collect();
-            self.b.store.put_nodes_marked(&nodes, *mark)?;
+            let run: Vec<Node> = rest[..n].iter().map(|(node, _)| node.clone()).collect();
+            self.b.store.put_nodes_marked(&run, *mark)?;
             rest = &rest[n..];
         }
         drop(forgets);
-        for _ in batch.drain(..) {
+        for _ in &nodes {
             crate::fail::point("build:node-written");
+        }
+        if refused > 0 {
+            return Err(crate::Error::NotBuilt(format!(
+                "{}: sources were forgotten while this build ran; build again",
+                self.b.plan.scope
+            )));
         }
         Ok(())
     }
