@@ -699,13 +699,14 @@ fn a_forget_killed_after_a_random_delay_leaves_no_trace() {
 
 /// A sub-model whose calls wait until released, saying when the first one arrived.
 struct Held {
+    identity: String,
     entered: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
     release: tokio::sync::Semaphore,
 }
 
 impl strata::model::SubModel for Held {
     fn identity(&self) -> String {
-        "held".into()
+        self.identity.clone()
     }
     fn compress(
         &self,
@@ -725,10 +726,23 @@ impl strata::model::SubModel for Held {
 /// nothing over the forgotten source afterwards: no node, no view.
 #[test]
 fn a_build_running_across_a_forget_writes_nothing_over_it() {
+    build_across_a_forget("held");
+}
+
+/// The same with the offline compressor's identity: its nodes are written in batches,
+/// and a batch written after the forget holds nothing over what it forgot.
+#[test]
+fn an_offline_build_running_across_a_forget_writes_nothing_over_it() {
+    use strata::model::SubModel;
+    build_across_a_forget(&strata::model::offline::Offline.identity());
+}
+
+fn build_across_a_forget(identity: &str) {
     let dir = tempfile::tempdir().unwrap();
     let docs = write_docs(dir.path());
     let (tx, entered) = std::sync::mpsc::channel();
     let held = std::sync::Arc::new(Held {
+        identity: identity.to_string(),
         entered: std::sync::Mutex::new(Some(tx)),
         release: tokio::sync::Semaphore::new(0),
     });

@@ -182,8 +182,8 @@ struct Run<'a> {
     built: Mutex<Vec<Node>>,
     failures: Mutex<Vec<BuildFailure>>,
     /// Whether nodes are written in batches ([`BATCH`]): when the offline compressor makes
-    /// them (a node every few hundred microseconds, each in its own transaction was a
-    /// tenth of the build), not a model (a node made by a paid call is written at once).
+    /// them (a node every few hundred microseconds; a transaction each was a quarter of
+    /// the build), not a model (a node made by a paid call is written at once).
     batching: bool,
     /// Nodes made and not yet written, in the order they were made, with their marks. The
     /// build reads its own nodes through [`Run::stored`], which looks here first.
@@ -438,15 +438,21 @@ impl Run<'_> {
             }
             nodes = kept;
         }
-        let mut rest: &[(Node, Option<FallbackMark>)] = &nodes;
-        while let Some((_, mark)) = rest.first() {
-            let n = rest.iter().take_while(|(_, m)| m == mark).count();
-            let run: Vec<Node> = rest[..n].iter().map(|(node, _)| node.clone()).collect();
-            self.b.store.put_nodes_marked(&run, *mark)?;
-            rest = &rest[n..];
+        let written = nodes.len();
+        let mut run: Vec<Node> = Vec::new();
+        let mut run_mark = None;
+        for (node, mark) in nodes {
+            if mark != run_mark && !run.is_empty() {
+                self.b
+                    .store
+                    .put_nodes_marked(&std::mem::take(&mut run), run_mark)?;
+            }
+            run_mark = mark;
+            run.push(node);
         }
+        self.b.store.put_nodes_marked(&run, run_mark)?;
         drop(forgets);
-        for _ in &nodes {
+        for _ in 0..written {
             crate::fail::point("build:node-written");
         }
         if refused > 0 {
@@ -458,37 +464,34 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A node this build made and has not written yet.
+    fn unwritten(&self, id: &NodeId) -> Option<Node> {
+        if !self.batching {
+            return None;
+        }
+        let batch = self.batch.lock().expect("poisoned");
+        batch
+            .iter()
+            .rev()
+            .find(|(n, _)| n.id == *id)
+            .map(|(n, _)| n.clone())
+    }
+
     /// A node this build reads (an input of the next): the batch not yet written first,
     /// then the store.
     fn stored(&self, id: &NodeId) -> Result<Option<Node>> {
-        if self.batching
-            && let Some((node, _)) = self
-                .batch
-                .lock()
-                .expect("poisoned")
-                .iter()
-                .rev()
-                .find(|(node, _)| node.id == *id)
-        {
-            return Ok(Some(node.clone()));
+        match self.unwritten(id) {
+            Some(node) => Ok(Some(node)),
+            None => self.b.store.get_node(id),
         }
-        self.b.store.get_node(id)
     }
 
     /// [`Run::stored`], live at `now`.
     fn stored_live(&self, id: &NodeId, now: u64) -> Result<Option<Node>> {
-        if self.batching
-            && let Some((node, _)) = self
-                .batch
-                .lock()
-                .expect("poisoned")
-                .iter()
-                .rev()
-                .find(|(node, _)| node.id == *id)
-        {
-            return Ok(node.is_live(now).then(|| node.clone()));
+        match self.unwritten(id) {
+            Some(node) => Ok(node.is_live(now).then_some(node)),
+            None => self.b.store.get_live(id, now),
         }
-        self.b.store.get_live(id, now)
     }
 
     /// Asks the model, validates the output (faithfulness included), retries, and falls
