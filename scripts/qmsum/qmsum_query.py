@@ -88,6 +88,14 @@ def main() -> int:
             other = names[(mi + len(names) // 2) % len(names)]
             with open(os.path.join(split_dir, other), encoding="utf-8") as f:
                 foreign[fname] = [q["query"] for q in json.load(f)["specific_query_list"]]
+    # Every meeting is in the store before any is asked: retrieval weighs words by the
+    # whole store's statistics, so a meeting asked while later ones were still missing
+    # read differently from the same meeting asked in a later run over the full store.
+    for fname in names:
+        name = fname[: -len(".json")]
+        if name not in known:
+            with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
+                strata.load(qe.Meeting(name, json.load(f), a.turns_per_round))
     for mi, fname in enumerate(names):
         name = fname[: -len(".json")]
         with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
@@ -95,8 +103,6 @@ def main() -> int:
         m = qe.Meeting(name, data, a.turns_per_round)
         for q, raw in zip(m.queries, data["specific_query_list"]):
             q["spans"] = raw["relevant_text_span"]
-        if name not in known:
-            strata.load(m)
         idx = qe.TurnIndex(m)
         for q in m.queries:
             spans = spans_of(q, m)
