@@ -50,12 +50,8 @@ def dump(data: str, split: str, strata: qe.Strata) -> list[dict]:
     split_dir = os.path.join(data, split)
     names = sorted(n for n in os.listdir(split_dir) if n.endswith(".json"))
     for k, fname in enumerate(names):
-        name = fname[: -len(".json")]
-        with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
-            raw = json.load(f)
-        m = qe.Meeting(name, raw, 20)
-        for q, r in zip(m.queries, raw["specific_query_list"]):
-            q["spans"] = r["relevant_text_span"]
+        m = qq.meeting(split_dir, fname, 20)
+        name = m.name
         print(f"fit-turns: [{k + 1}/{len(names)}] {name}", file=sys.stderr)
         for q in m.queries:
             gold = set(q["gold"])

@@ -40,12 +40,8 @@ def main() -> int:
     split_dir = os.path.join(a.data, a.split)
     agg: dict[str, list[dict]] = {}
     for fname in sorted(n for n in os.listdir(split_dir) if n.endswith(".json")):
-        name = fname[: -len(".json")]
-        with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
-            data = json.load(f)
-        m = qe.Meeting(name, data, 20)
-        for q, raw in zip(m.queries, data["specific_query_list"]):
-            q["spans"] = raw["relevant_text_span"]
+        m = qq.meeting(split_dir, fname, 20)
+        name = m.name
         for q in m.queries:
             gold = set(q["gold"])
             if not gold or (name, q["query"]) not in byq:

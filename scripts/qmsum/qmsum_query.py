@@ -42,6 +42,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qmsum_eval as qe  # noqa: E402
 
 
+def meeting(split_dir: str, fname: str, turns_per_round: int) -> qe.Meeting:
+    """The meeting of `split_dir/fname`, each specific query with its gold spans (`spans`)."""
+    with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
+        data = json.load(f)
+    m = qe.Meeting(fname[: -len(".json")], data, turns_per_round)
+    for q, raw in zip(m.queries, data["specific_query_list"]):
+        q["spans"] = raw["relevant_text_span"]
+    return m
+
+
 def spans_of(q: dict, m: qe.Meeting) -> list[set[int]]:
     return [set(range(int(a), int(b) + 1)) & set(m.live) for a, b in q["spans"]]
 
@@ -97,12 +107,8 @@ def main() -> int:
             with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
                 strata.load(qe.Meeting(name, json.load(f), a.turns_per_round))
     for mi, fname in enumerate(names):
-        name = fname[: -len(".json")]
-        with open(os.path.join(split_dir, fname), encoding="utf-8") as f:
-            data = json.load(f)
-        m = qe.Meeting(name, data, a.turns_per_round)
-        for q, raw in zip(m.queries, data["specific_query_list"]):
-            q["spans"] = raw["relevant_text_span"]
+        m = meeting(split_dir, fname, a.turns_per_round)
+        name = m.name
         idx = qe.TurnIndex(m)
         for q in m.queries:
             spans = spans_of(q, m)
