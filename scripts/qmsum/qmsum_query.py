@@ -23,6 +23,16 @@ meeting answers them; a query should end not ready. Reported: the share of answe
 unanswerable queries that end ready, and the AUC of `confidence` separating them (0.5 =
 no separation).
 
+False premises (`--swapped`): a specific query that names exactly one speaker of its meeting
+(their whole name, as the transcript writes it, e.g. "What did Grad E say about storage
+disks?") is asked again with that name replaced by the speaker with the most turns of those
+who have no turn in the query's gold spans (and at least 10 turns in the meeting): someone
+who took part in the meeting but not in the discussion the question is about. The topic is
+the meeting's own; only who is said to have spoken is false — the hard kind of false
+premise, about the conversation's own people and topics. Reported: the share that end ready
+(against the same queries unswapped), and the AUC of `confidence` between the original and
+the swapped questions.
+
 Meetings are loaded as qmsum_eval.py loads them (the same debate files and scopes), into
 WORKDIR/db; a meeting already in that store (same scope) is reused. Develop on `val`.
 
@@ -56,6 +66,61 @@ def spans_of(q: dict, m: qe.Meeting) -> list[set[int]]:
     return [set(range(int(a), int(b) + 1)) & set(m.live) for a, b in q["spans"]]
 
 
+TITLES = {"AM", "MP", "MS", "Dr", "Hon", "Right", "The", "Mr", "Mrs", "Ms", "Chair", "Acting"}
+
+
+def name_forms(speaker: str) -> list[str]:
+    """How a question may name `speaker`: the whole name as the transcript writes it, the
+    name without titles ("Kirsty Williams" for "Kirsty Williams AM", "Bill Morneau" for
+    "Hon. Bill Morneau"), and for a personal name of two words or more its last word
+    ("Morneau"). Longest first."""
+    words = [w for w in speaker.split("(")[0].split() if w.rstrip(".") not in TITLES]
+    forms = [speaker, " ".join(words)]
+    if len(words) >= 2 and len(speaker.split()) > len(words) and len(words[-1]) >= 4:
+        forms.append(words[-1])
+    return sorted({f for f in forms if f}, key=len, reverse=True)
+
+
+def swap_speaker(q: dict, m: qe.Meeting, min_turns: int = 10) -> str | None:
+    """`q`'s question with the one speaker it names replaced by a speaker of the meeting who
+    has no turn in its gold spans (the one with most turns, at least `min_turns`), named the
+    same way (whole name, name without titles, last word), or None when it names no speaker,
+    more than one, or no such speaker exists."""
+    import re
+
+    text = q["query"]
+    found: dict[str, tuple[int, str]] = {}
+    for s in m.speakers:
+        for k, form in enumerate(name_forms(s)):
+            if re.search(r"\b" + re.escape(form) + r"\b", text):
+                found[s] = (k, form)
+                break
+    # A name inside another name ("PhD A" in "PhD AB") is not a second speaker.
+    named = [s for s in found if not any(s != o and found[s][1] in found[o][1] for o in found)]
+    if len(named) != 1:
+        return None
+    x = named[0]
+    turns: dict[str, int] = {}
+    for s, t in m.turns:
+        if t:
+            turns[s] = turns.get(s, 0) + 1
+    in_gold = {m.turns[i][0] for i in q["gold"]}
+    others = [s for s in m.speakers if s != x and s not in in_gold and turns.get(s, 0) >= min_turns]
+    if not others:
+        return None
+    z = max(others, key=lambda s: (turns[s], s))
+    form = found[x][1]
+    xs, zs = name_forms(x), name_forms(z)
+    # The same kind of name: whole, without titles, or last word.
+    if form == x:
+        zf = z
+    elif form == xs[-1] and len(xs) == 3 and len(zs) == 3:
+        zf = zs[-1]
+    else:
+        zf = " ".join(w for w in z.split("(")[0].split() if w.rstrip(".") not in TITLES) or z
+    return re.sub(r"\b" + re.escape(form) + r"\b", zf, text)
+
+
 def scores(cited: list[int], spans: list[set[int]], gold: set[int]) -> dict:
     cited = list(dict.fromkeys(cited))
     good = [i for i in cited if i in gold]
@@ -78,6 +143,7 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--turns-per-round", type=int, default=20)
     ap.add_argument("--negatives", action="store_true", help="also ask each meeting another meeting's queries")
+    ap.add_argument("--swapped", action="store_true", help="also ask each query naming a speaker with another speaker named")
     a = ap.parse_args()
     qe.ENC, _ = qe.load_cl100k()
     split_dir = os.path.join(a.data, a.split)
@@ -91,6 +157,7 @@ def main() -> int:
         known = set()
     rows = []
     negatives = []
+    swapped = []
     t0 = time.time()
     foreign = {}
     if a.negatives:
@@ -138,6 +205,24 @@ def main() -> int:
                     "bm25_top3": scores(order[:3], spans, gold),
                 }
             )
+        if a.swapped:
+            for q in m.queries:
+                sq = swap_speaker(q, m)
+                if sq is None:
+                    continue
+                o = json.loads(strata.run("--json", "query", "--scope", name, q["query"]))
+                r = json.loads(strata.run("--json", "query", "--scope", name, sq))
+                swapped.append(
+                    {
+                        "meeting": name,
+                        "query": q["query"],
+                        "swapped": sq,
+                        "ready": bool(o.get("ready")),
+                        "confidence": o.get("confidence"),
+                        "swapped_ready": bool(r.get("ready")),
+                        "swapped_confidence": r.get("confidence"),
+                    }
+                )
         for fq in foreign.get(fname, []):
             r = json.loads(strata.run("--json", "query", "--scope", name, fq))
             negatives.append({"meeting": name, "query": fq, "ready": bool(r.get("ready")), "confidence": r.get("confidence")})
@@ -164,6 +249,18 @@ def main() -> int:
             "auc": wins / (len(pos) * len(neg)) if pos and neg else None,
             "rows": negatives,
         }
+    if swapped:
+        pos = [float(r["confidence"] or 0.0) for r in swapped]
+        neg = [float(r["swapped_confidence"] or 0.0) for r in swapped]
+        wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+        res["swapped"] = {
+            "queries": len(swapped),
+            "original_ready": sum(r["ready"] for r in swapped) / len(swapped),
+            "swapped_ready": sum(r["swapped_ready"] for r in swapped) / len(swapped),
+            "auc": wins / (len(pos) * len(neg)),
+            "lower": sum(n < p for p, n in zip(pos, neg)) / len(swapped),
+            "rows": swapped,
+        }
     out = a.out or os.path.join(a.workdir, f"query-{a.split}.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1, ensure_ascii=False)
@@ -179,6 +276,13 @@ def main() -> int:
     if negatives:
         n = res["negatives"]
         print(f"unanswerable (another meeting's queries): {n['queries']}, ready {100 * n['ready']:.1f} %, confidence AUC {n['auc']:.3f}")
+    if swapped:
+        n = res["swapped"]
+        print(
+            f"false premises (the named speaker swapped): {n['queries']}, ready {100 * n['swapped_ready']:.1f} % "
+            f"(the same queries unswapped: {100 * n['original_ready']:.1f} %), confidence AUC {n['auc']:.3f}, "
+            f"lower than the original's {100 * n['lower']:.1f} %"
+        )
     return 0
 
 

@@ -109,29 +109,57 @@ pub(crate) fn named(corpus: &Corpus<'_>, question: &Question, trees: &Trees) -> 
             marker = false;
         }
     }
-    if naming.is_empty() {
+    // A speaker's whole name written as the transcript writes it ("PhD G", "Kirsty
+    // Williams AM") names that speaker and no other: the words it shares with other names
+    // ("PhD") do not name them, and a word the analyser drops ("G") still tells them apart.
+    let whole_named: Vec<(&str, bool)> = names
+        .keys()
+        .filter(|sp| sp.split_whitespace().count() > 1)
+        .filter_map(|sp| written(question.text(), sp).map(|object| (*sp, object)))
+        .collect();
+    if naming.is_empty() && whole_named.is_empty() {
         return out;
     }
+    let whole_terms: BTreeSet<&String> = whole_named
+        .iter()
+        .flat_map(|(sp, _)| names[*sp].iter())
+        .collect();
+    let is_whole = |sp: &str| whole_named.iter().any(|(w, _)| *w == sp);
+    let asked: HashSet<String> = if whole_named.is_empty() {
+        HashSet::new()
+    } else {
+        corpus.analyze(question.text()).into_iter().collect()
+    };
     let matched: Vec<(&str, BTreeSet<&String>)> = names
         .iter()
         .map(|(sp, terms)| {
-            (
-                *sp,
-                terms.iter().filter(|t| naming.contains_key(*t)).collect(),
-            )
+            // A whole name's words name its speaker wherever the question holds them.
+            let m = if is_whole(sp) {
+                terms.iter().filter(|t| asked.contains(*t)).collect()
+            } else {
+                terms.iter().filter(|t| naming.contains_key(*t)).collect()
+            };
+            (*sp, m)
         })
-        .filter(|(_, m): &(&str, BTreeSet<&String>)| !m.is_empty())
+        .filter(|(sp, m): &(&str, BTreeSet<&String>)| {
+            // Named only through the words of another speaker's whole name: not named.
+            is_whole(sp) || (!m.is_empty() && !m.iter().all(|t| whole_terms.contains(*t)))
+        })
         .collect();
     for (sp, m) in &matched {
-        let beaten = matched
-            .iter()
-            .any(|(_, o)| o.len() > m.len() && o.is_superset(m));
+        let beaten = !is_whole(sp)
+            && matched
+                .iter()
+                .any(|(_, o)| o.len() > m.len() && o.is_superset(m));
         if beaten {
             continue;
         }
-        let object = m.iter().all(|t| naming[*t].0);
+        let object = match whole_named.iter().find(|(w, _)| w == sp) {
+            Some(&(_, object)) => object,
+            None => m.iter().all(|t| naming[*t].0),
+        };
         for t in m {
-            if naming[*t].1 {
+            if is_whole(sp) || naming[*t].1 {
                 out.terms.insert((*t).clone());
             }
             if object {
@@ -145,4 +173,32 @@ pub(crate) fn named(corpus: &Corpus<'_>, question: &Question, trees: &Trees) -> 
         }
     }
     out
+}
+
+/// Whether `text` writes the name `name` as a whole (same letters and case, not inside a
+/// longer word; "PhD G's" counts, "PhD Gr" does not): `Some(spoken_about)` when it does,
+/// `spoken_about` when the word before the name (past "the") is one of
+/// [`OBJECT_MARKERS`], at its first place.
+fn written(text: &str, name: &str) -> Option<bool> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find(name).map(|i| i + from) {
+        let end = i + name.len();
+        let before = text[..i].chars().next_back();
+        let after = text[end..].chars().next();
+        let bounded = |c: Option<char>| !c.is_some_and(|c| c.is_alphanumeric());
+        if bounded(before) && bounded(after) {
+            let mut words = text[..i]
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .rev()
+                .map(str::to_lowercase);
+            let mut prev = words.next();
+            if prev.as_deref() == Some("the") {
+                prev = words.next();
+            }
+            return Some(prev.is_some_and(|w| OBJECT_MARKERS.contains(&w.as_str())));
+        }
+        from = end;
+    }
+    None
 }

@@ -76,6 +76,7 @@ pub(super) fn second_hop(
     let hop_cues = Cues {
         subjects: cues.subjects.clone(),
         objects: cues.objects.clone(),
+        named: cues.named.clone(),
         ..Default::default()
     };
     let hop_q = index.question(&hop_q);
@@ -196,5 +197,7 @@ pub(super) fn same_round(
         idf,
         rounds,
         subjects: Default::default(),
+        subject_cited: None,
+        subject_evidence: 1.0,
     }))
 }

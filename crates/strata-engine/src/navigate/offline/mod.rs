@@ -79,11 +79,25 @@ struct Selection {
     /// its other words it shares (a question about one person answered from another's
     /// turn is how a false premise looks).
     subjects: BTreeSet<String>,
+    /// Whether a cited passage is by a speaker the question names as the one speaking,
+    /// when that is known by who spoke (a turn's source), not by the words of its label:
+    /// `None` leaves it to `subjects` and the label's words.
+    subject_cited: Option<bool>,
+    /// When a cited passage is theirs: how well their best one matches the question
+    /// against the best match anyone has (its own evidence as a share of the best hit's,
+    /// at most 1); the confidence is scaled by it. No constant: chosen on QMSum `train`
+    /// and `val` with false premises made by naming another participant
+    /// (`scripts/qmsum/qmsum_query.py --swapped`) against a share of 0.8 counting in full
+    /// (docs/EVAL.md).
+    subject_evidence: f64,
 }
 
 /// What the confidence of an answer keeps when no cited passage is by the speaker the
-/// question asks about: below any readiness threshold that makes sense.
-const SUBJECT_MISSING: f64 = 0.4;
+/// question asks about: below the default readiness threshold (`query.ready_threshold`,
+/// 0.25) whatever share of the question it covers — another's words are not what they
+/// said. (It was 0.4, set when the threshold was 0.5; with the threshold at 0.25 an answer
+/// citing only someone else was ready whenever it covered 5/8 of the question.)
+const SUBJECT_MISSING: f64 = 0.2;
 
 impl Selection {
     fn confidence(&self) -> f64 {
@@ -102,8 +116,14 @@ impl Selection {
             .filter_map(w)
             .sum::<f64>()
             / total;
-        if !self.subjects.is_empty() && self.subjects.is_disjoint(&self.covered) {
+        let missing = match self.subject_cited {
+            Some(cited) => !cited,
+            None => !self.subjects.is_empty() && self.subjects.is_disjoint(&self.covered),
+        };
+        if missing {
             share * SUBJECT_MISSING
+        } else if self.subject_cited == Some(true) {
+            share * self.subject_evidence
         } else {
             share
         }
@@ -295,6 +315,8 @@ impl SetCandidates {
                 .collect(),
             idf: self.idf.clone(),
             subjects: BTreeSet::new(),
+            subject_cited: None,
+            subject_evidence: 1.0,
         }
     }
 
@@ -641,7 +663,7 @@ fn answer(
             ex,
             &chunks,
             &turns,
-            &cues.subjects,
+            &cues.named.subjects,
             &mut cands,
             cfg.max_citations,
         )
@@ -650,8 +672,18 @@ fn answer(
         // Confidence: the share of the question the best single cited passage covers.
         // Passages that each hold some of its words do not together answer it (a question
         // whose premise the text does not hold is matched piecemeal).
+        // A question that names who speaks is answered by what they said: of the cited
+        // passages, theirs decide when one is (a false premise names someone who did not
+        // say it, and another's passage covering its words does not answer it).
         let weight = |ts: &BTreeSet<String>| ts.iter().filter_map(|t| idf.get(t)).sum::<f64>();
-        let covered: BTreeSet<String> = picked
+        let theirs: Vec<usize> = picked
+            .iter()
+            .copied()
+            .filter(|&i| speaks(ex, &cands[i].node, &cues.named.subjects))
+            .collect();
+        let subject_cited = (!cues.named.subjects.is_empty()).then_some(!theirs.is_empty());
+        let from = if theirs.is_empty() { &picked } else { &theirs };
+        let covered: BTreeSet<String> = from
             .iter()
             .map(|&i| terms_of(&cands[i]))
             .max_by(|a, b| weight(a).total_cmp(&weight(b)))
@@ -682,7 +714,19 @@ fn answer(
                 }
             ));
         }
-        return Ok(Some(chosen_of(&cands, &picked, covered, idf, cues)));
+        // How well their best cited turn matches what the question asks, against the best
+        // turn anyone has (its retrieval share without the words that name them, plus the
+        // credit of a reply): a false premise names someone whose turns hold little of what
+        // another's turn holds.
+        let evidence = theirs
+            .iter()
+            .filter_map(|&i| turns.iter().find(|t| t.id == cands[i].node))
+            .map(|t| t.scores.direct())
+            .fold(0.0, f64::max);
+        let mut sel = chosen_of(&cands, &picked, covered, idf, cues);
+        sel.subject_cited = subject_cited;
+        sel.subject_evidence = evidence.min(1.0);
+        return Ok(Some(sel));
     }
     let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
     // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
@@ -779,6 +823,22 @@ fn chosen_of(
             .collect(),
         idf,
         subjects: cues.subjects.iter().cloned().collect(),
+        subject_cited: None,
+        subject_evidence: 1.0,
+    }
+}
+
+/// Whether the FULL chunk `node` is a turn by one of `speakers`.
+fn speaks(ex: &Explorer<'_>, node: &NodeId, speakers: &BTreeSet<String>) -> bool {
+    match ex.place(node) {
+        Some(crate::corpus::Place::Full(pi, ci)) => {
+            let p = &ex.trees.plans[pi];
+            p.sources[p.chunks[ci].source]
+                .speaker
+                .as_ref()
+                .is_some_and(|s| speakers.contains(s))
+        }
+        _ => false,
     }
 }
 
@@ -802,7 +862,7 @@ fn by_turn(
     ex: &Explorer<'_>,
     chunks: &[crate::node::Node],
     turns: &[retrieve::RankedTurn],
-    subjects: &std::collections::HashSet<String>,
+    speakers: &BTreeSet<String>,
     cands: &mut Vec<Cand>,
     max: usize,
 ) -> Option<(Vec<usize>, Vec<TurnWhy>)> {
@@ -811,18 +871,8 @@ fn by_turn(
     // A question that names a speaker as the one speaking ("what did chen propose") asks
     // what they said: their turns come first, in their order.
     let mut order: Vec<(usize, &retrieve::RankedTurn)> = turns.iter().enumerate().collect();
-    if !subjects.is_empty() {
-        let theirs: BTreeSet<NodeId> = chunks
-            .iter()
-            .filter(|n| {
-                ex.corpus
-                    .analyze(&crate::node::context_label(n))
-                    .iter()
-                    .any(|t| subjects.contains(t))
-            })
-            .map(|n| n.id)
-            .collect();
-        order.sort_by_key(|(_, t)| !theirs.contains(&t.id));
+    if !speakers.is_empty() {
+        order.sort_by_key(|(_, t)| !speaks(ex, &t.id, speakers));
     }
     for (rank, t) in order {
         if picked.len() >= max.max(1) {
