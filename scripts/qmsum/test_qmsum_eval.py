@@ -201,6 +201,45 @@ class Pieces(unittest.TestCase):
         self.assertEqual(idx.packed("rubber case", 10_000, fill=True), [4, 0, 2, 3, 5])
 
 
+class Swapped(unittest.TestCase):
+    """qmsum_query.swap_speaker: the false premises of `--swapped`."""
+
+    def meeting(self, speakers_turns, query, span):
+        import qmsum_query as qq
+
+        data = {
+            "meeting_transcripts": [{"speaker": s, "content": t} for s, t in speakers_turns],
+            "general_query_list": [{"query": "Summarize the whole meeting.", "answer": "A meeting."}],
+            "specific_query_list": [{"query": query, "answer": "x", "relevant_text_span": [span]}],
+        }
+        m = q.Meeting("S", data, 20)
+        return qq, m, m.queries[0]
+
+    def test_the_named_speaker_is_replaced_by_one_who_took_no_part(self):
+        turns = [("PhD A", "The noise floor is too high ."), ("PhD G", "Right .")]
+        turns += [("PhD G", f"The disk number {i} is full .") for i in range(12)]
+        turns += [("Grad E", f"Item {i} .") for i in range(11)]
+        qq, m, query = self.meeting(turns, "What did PhD A think about the noise floor?", ["0", "1"])
+        # PhD G has a turn in the gold span: Grad E, with fewer turns, is the one named.
+        self.assertEqual(qq.swap_speaker(query, m), "What did Grad E think about the noise floor?")
+
+    def test_names_without_titles_and_last_names(self):
+        turns = [("Hon. Bill Morneau", "The debt is manageable ."), ("The Chair", "Thank you .")]
+        turns += [("Hon. Pierre Poilievre", f"Question {i} on spending .") for i in range(10)]
+        qq, m, query = self.meeting(turns, "What did Morneau say about the debt?", ["0", "0"])
+        self.assertEqual(qq.swap_speaker(query, m), "What did Poilievre say about the debt?")
+        qq, m, query = self.meeting(turns, "What did Bill Morneau say about the debt?", ["0", "0"])
+        self.assertEqual(qq.swap_speaker(query, m), "What did Pierre Poilievre say about the debt?")
+
+    def test_no_swap_without_one_named_speaker_or_a_stand_in(self):
+        turns = [("Marketing", "Buttons are cheap ."), ("Project Manager", "Okay .")]
+        qq, m, query = self.meeting(turns, "What did the group decide about buttons?", ["0", "1"])
+        self.assertIsNone(qq.swap_speaker(query, m))
+        # Named, but nobody else has 10 turns outside the gold span.
+        qq, m, query = self.meeting(turns, "What did Marketing say about buttons?", ["0", "0"])
+        self.assertIsNone(qq.swap_speaker(query, m))
+
+
 class EndToEnd(unittest.TestCase):
     def test_fake_strata_with_for(self):
         with tempfile.TemporaryDirectory() as d:
