@@ -872,7 +872,7 @@ fn by_turn(
     // what they said: their turns come first, in their order.
     let mut order: Vec<(usize, &retrieve::RankedTurn)> = turns.iter().enumerate().collect();
     if !speakers.is_empty() {
-        order.sort_by_key(|(_, t)| !speaks(ex, &t.id, speakers));
+        order.sort_by_cached_key(|(_, t)| !speaks(ex, &t.id, speakers));
     }
     for (rank, t) in order {
         if picked.len() >= max.max(1) {
