@@ -394,6 +394,54 @@ fn a_question_naming_someone_who_did_not_say_it_ends_not_ready() {
     );
 }
 
+/// A reply answers the question before it in other words ("Did you go to the adoption
+/// agency meeting?" — "Yes! I met a counselor there …"): cited for what it replies to, it
+/// covers what that question holds, so the answer is ready; asked of the one who only asked,
+/// there is no answer.
+#[test]
+fn a_reply_answering_in_other_words_covers_the_question_it_answers() {
+    let reply = "Yes! I met a counselor there and she walked me through the whole \
+                 application process, step by step.";
+    let turns: Vec<(&str, &str)> = vec![
+        ("Melanie", "Hey Caroline! How was your week?"),
+        (
+            "Caroline",
+            "Pretty busy, I started a pottery class on Monday.",
+        ),
+        (
+            "Melanie",
+            "The kids painted the fence green over the weekend and made a mess of the garden.",
+        ),
+        ("Caroline", "That sounds like fun, I hope they enjoyed it."),
+        (
+            "Melanie",
+            "Did you go to the adoption agency meeting last Thursday?",
+        ),
+        ("Caroline", reply),
+        (
+            "Melanie",
+            "We are driving to the coast in July, if the car survives the trip.",
+        ),
+        (
+            "Caroline",
+            "My grandmother sent me her old recipe book from Sweden.",
+        ),
+    ];
+    let e = conversation(&turns, 2);
+    let r = ask(
+        &e,
+        "What did Caroline learn at the adoption agency meeting?",
+    );
+    assert_eq!(r.citations.first().map(|c| c.quote.as_str()), Some(reply));
+    assert!(
+        r.ready,
+        "confidence {}: {:?}",
+        r.confidence, r.refinement_history
+    );
+    let r = ask(&e, "What did Melanie learn at the adoption agency meeting?");
+    assert!(!r.ready, "{r:?}");
+}
+
 /// An engine holding `turns` (speaker, text) as the debate "chat", `per_round` turns a round.
 fn conversation(turns: &[(&str, &str)], per_round: usize) -> strata::Engine {
     use crate::support::{T0, write};

@@ -663,6 +663,7 @@ fn answer(
             ex,
             &chunks,
             &turns,
+            &idf,
             &cues.named.subjects,
             &mut cands,
             cfg.max_citations,
@@ -707,8 +708,16 @@ fn answer(
                     .map(|(k, v)| format!("{k} {v:.3}"))
                     .collect::<Vec<_>>()
                     .join(", "),
-                if terms.is_empty() {
-                    "excerpt (no sentence holds a question word)".to_string()
+                if c.tf.is_empty() {
+                    if terms.is_empty() {
+                        "excerpt (no sentence holds a question word)".to_string()
+                    } else {
+                        format!(
+                            "excerpt, a reply (no sentence holds a question word; the question \
+                             it answers holds {})",
+                            terms.join(", ")
+                        )
+                    }
                 } else {
                     format!("best sentence, terms {}", terms.join(", "))
                 }
@@ -828,6 +837,26 @@ fn chosen_of(
     }
 }
 
+/// The terms of `idf` (a question's) that the turn before the FULL chunk `node` holds:
+/// the question a reply answers.
+fn replied(ex: &Explorer<'_>, node: &NodeId, idf: &BTreeMap<String, f64>) -> BTreeSet<String> {
+    let Some(crate::corpus::Place::Full(pi, ci)) = ex.place(node) else {
+        return BTreeSet::new();
+    };
+    let Some(prev) = ci.checked_sub(1).map(|c| ex.trees.plans[pi].chunks[c].full) else {
+        return BTreeSet::new();
+    };
+    match ex.corpus.node(&prev, ex.now) {
+        Ok(n) => ex
+            .corpus
+            .analyze(&n.text)
+            .into_iter()
+            .filter(|t| idf.contains_key(t))
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
 /// Whether the FULL chunk `node` is a turn by one of `speakers`.
 fn speaks(ex: &Explorer<'_>, node: &NodeId, speakers: &BTreeSet<String>) -> bool {
     match ex.place(node) {
@@ -862,6 +891,7 @@ fn by_turn(
     ex: &Explorer<'_>,
     chunks: &[crate::node::Node],
     turns: &[retrieve::RankedTurn],
+    idf: &BTreeMap<String, f64>,
     speakers: &BTreeSet<String>,
     cands: &mut Vec<Cand>,
     max: usize,
@@ -914,7 +944,9 @@ fn by_turn(
                 end: base + (a + quote.len()) as u64,
                 quote,
                 tf: BTreeMap::new(),
-                ctx: BTreeSet::new(),
+                // A reply answers the question before it in other words: what of the
+                // question asked that question holds is what the reply covers.
+                ctx: replied(ex, &n.id, idf),
                 len: 1,
                 own: 0.0,
                 score: 0.0,
