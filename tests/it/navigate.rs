@@ -25,6 +25,7 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
             | cited first: turn ranked 1 (named_speaker 1.000, neighbour 3.832, retrieval 0.960, score 4.792); its best sentence, terms fare, propos, chen
             | cited also: turn ranked 2 (named_speaker 1.000, neighbour 4.594, retrieval 0.914, score 5.508); its best sentence, terms fare, propos, chen
             | cited also: turn ranked 3 (named_speaker 1.000, neighbour 2.142, retrieval 0.648, score 2.790); its best sentence, terms fare, chen
+            | confidence: what the best cited turn by chen covers, times its own evidence against the best hit's (0.960)
             = confidence 0.96, ready true, 3 citation(s)
             [189..314) data/debate.jsonl#43 (round 11, chen): "Any plan that raises fares to cover operating costs will hit my ward hardest, and I want that said before anyone proposes it."
             [21..199) data/debate.jsonl#47 (round 12, chen): "I propose a daily fare cap of $6.50 and a monthly cap of $72, so that once a rider has paid for two trips in a day, or the price of a pass in a month, every further ride is free."
@@ -130,6 +131,7 @@ fn a_second_hop_follows_the_name_the_first_answer_gives() {
             | cited first: turn ranked 1 (named_speaker 1.000, neighbour 4.445, retrieval 0.975, score 5.420); its best sentence, terms chang, estim, s, surfac, bob
             | cited also: turn ranked 2 (named_speaker 1.000, neighbour 2.588, retrieval 0.786, score 3.374); its best sentence, terms chang, surfac, bob
             | cited also: turn ranked 3 (named_speaker 1.000, neighbour 1.746, retrieval 0.741, score 2.487); its best sentence, terms chang, estim, s, bob
+            | confidence: what the best cited turn by bob covers, times its own evidence against the best hit's (0.975)
             | second hop through "Kessling": "Kessling firm reviewed position"
             | iteration 3: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 4: grep within the groups picked chunks: working set 16 → 6
@@ -391,6 +393,14 @@ fn a_question_naming_someone_who_did_not_say_it_ends_not_ready() {
         !r.ready,
         "confidence {} for a premise the text does not hold: {:?}",
         r.confidence, r.citations
+    );
+    // The history says why.
+    assert!(
+        r.refinement_history
+            .iter()
+            .any(|h| h.starts_with("confidence: no cited turn is by Caroline")),
+        "{:?}",
+        r.refinement_history
     );
 }
 

@@ -732,6 +732,29 @@ fn answer(
             .filter_map(|&i| turns.iter().find(|t| t.id == cands[i].node))
             .map(|t| t.scores.direct())
             .fold(0.0, f64::max);
+        let named = || {
+            cues.named
+                .subjects
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        // (A second hop's answer is read for its sentences, not its confidence.)
+        match subject_cited.filter(|_| first_pass) {
+            Some(false) => ex.history.push(format!(
+                "confidence: no cited turn is by {} (named as the one speaking): it keeps \
+                 {SUBJECT_MISSING} of what the best cited turn covers",
+                named()
+            )),
+            Some(true) => ex.history.push(format!(
+                "confidence: what the best cited turn by {} covers, times its own evidence \
+                 against the best hit's ({:.3})",
+                named(),
+                evidence.min(1.0)
+            )),
+            None => {}
+        }
         let mut sel = chosen_of(&cands, &picked, covered, idf, cues);
         sel.subject_cited = subject_cited;
         sel.subject_evidence = evidence.min(1.0);
