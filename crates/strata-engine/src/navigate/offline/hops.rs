@@ -196,7 +196,6 @@ pub(super) fn same_round(
         covered,
         idf,
         rounds,
-        subjects: Default::default(),
         subject_cited: None,
         subject_evidence: 1.0,
     }))

@@ -74,14 +74,11 @@ struct Selection {
     covered: BTreeSet<String>,
     idf: BTreeMap<String, f64>,
     rounds: Vec<Option<u32>>,
-    /// The speakers the question names as the one speaking ("what did Caroline realise
-    /// …"): an answer none of whose passages is theirs does not answer it, however many of
-    /// its other words it shares (a question about one person answered from another's
-    /// turn is how a false premise looks).
-    subjects: BTreeSet<String>,
-    /// Whether a cited passage is by a speaker the question names as the one speaking,
-    /// when that is known by who spoke (a turn's source), not by the words of its label:
-    /// `None` leaves it to `subjects` and the label's words.
+    /// When the question names who speaks ("what did Caroline realise …"): whether a cited
+    /// passage is theirs, by who spoke it (a turn's source). An answer none of whose
+    /// passages is theirs does not answer it, however many of its other words it shares
+    /// (a question about one person answered from another's turn is how a false premise
+    /// looks). `None`: the question names no one as speaking.
     subject_cited: Option<bool>,
     /// When a cited passage is theirs: how well their best one matches the question
     /// against the best match anyone has (its own evidence as a share of the best hit's,
@@ -116,16 +113,10 @@ impl Selection {
             .filter_map(w)
             .sum::<f64>()
             / total;
-        let missing = match self.subject_cited {
-            Some(cited) => !cited,
-            None => !self.subjects.is_empty() && self.subjects.is_disjoint(&self.covered),
-        };
-        if missing {
-            share * SUBJECT_MISSING
-        } else if self.subject_cited == Some(true) {
-            share * self.subject_evidence
-        } else {
-            share
+        match self.subject_cited {
+            Some(false) => share * SUBJECT_MISSING,
+            Some(true) => share * self.subject_evidence,
+            None => share,
         }
     }
 }
@@ -314,7 +305,6 @@ impl SetCandidates {
                 .filter(|t| self.idf.contains_key(t))
                 .collect(),
             idf: self.idf.clone(),
-            subjects: BTreeSet::new(),
             subject_cited: None,
             subject_evidence: 1.0,
         }
@@ -682,7 +672,6 @@ fn answer(
             .copied()
             .filter(|&i| speaks(ex, &cands[i].node, &cues.named.subjects))
             .collect();
-        let subject_cited = (!cues.named.subjects.is_empty()).then_some(!theirs.is_empty());
         let from = if theirs.is_empty() { &picked } else { &theirs };
         let covered: BTreeSet<String> = from
             .iter()
@@ -741,7 +730,9 @@ fn answer(
                 .join(", ")
         };
         // (A second hop's answer is read for its sentences, not its confidence.)
-        match subject_cited.filter(|_| first_pass) {
+        let mut sel = chosen_of(ex, &cands, &picked, covered, idf, cues);
+        sel.subject_evidence = evidence.min(1.0);
+        match sel.subject_cited.filter(|_| first_pass) {
             Some(false) => ex.history.push(format!(
                 "confidence: no cited turn is by {} (named as the one speaking): it keeps \
                  {SUBJECT_MISSING} of what the best cited turn covers",
@@ -755,9 +746,6 @@ fn answer(
             )),
             None => {}
         }
-        let mut sel = chosen_of(&cands, &picked, covered, idf, cues);
-        sel.subject_cited = subject_cited;
-        sel.subject_evidence = evidence.min(1.0);
         return Ok(Some(sel));
     }
     let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
@@ -834,12 +822,14 @@ fn answer(
             }
         ));
     }
-    Ok(Some(chosen_of(&cands, &order, covered, idf, cues)))
+    Ok(Some(chosen_of(ex, &cands, &order, covered, idf, cues)))
 }
 
 /// The selection citing `cands[order]`, in that order, covering the question terms of
-/// `covered` that `idf` weighs.
+/// `covered` that `idf` weighs, and whether a cited turn is by a speaker the question
+/// names as the one speaking.
 fn chosen_of(
+    ex: &Explorer<'_>,
     cands: &[Cand],
     order: &[usize],
     covered: BTreeSet<String>,
@@ -854,8 +844,11 @@ fn chosen_of(
             .filter(|t| idf.contains_key(t))
             .collect(),
         idf,
-        subjects: cues.subjects.iter().cloned().collect(),
-        subject_cited: None,
+        subject_cited: (!cues.named.subjects.is_empty()).then(|| {
+            order
+                .iter()
+                .any(|&i| speaks(ex, &cands[i].node, &cues.named.subjects))
+        }),
         subject_evidence: 1.0,
     }
 }
