@@ -121,6 +121,13 @@ def swap_speaker(q: dict, m: qe.Meeting, min_turns: int = 10) -> str | None:
     return re.sub(r"\b" + re.escape(form) + r"\b", zf, text)
 
 
+def auc(pos: list[float], neg: list[float]) -> float | None:
+    """P(a positive's confidence > a negative's), ties counting half; None when either is empty."""
+    if not pos or not neg:
+        return None
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
 def scores(cited: list[int], spans: list[set[int]], gold: set[int]) -> dict:
     cited = list(dict.fromkeys(cited))
     good = [i for i in cited if i in gold]
@@ -175,6 +182,7 @@ def main() -> int:
                 strata.load(qe.Meeting(name, json.load(f), a.turns_per_round))
     for mi, fname in enumerate(names):
         m = meeting(split_dir, fname, a.turns_per_round)
+        asked: dict[str, dict] = {}
         name = m.name
         idx = qe.TurnIndex(m)
         for q in m.queries:
@@ -184,6 +192,7 @@ def main() -> int:
                 continue
             out = strata.run("--json", "query", "--scope", name, q["query"])
             r = json.loads(out)
+            asked[q["query"]] = r
             cited = []
             for c in r.get("citations", []):
                 i = m.turn_of_source(str(c.get("source", "")))
@@ -210,7 +219,7 @@ def main() -> int:
                 sq = swap_speaker(q, m)
                 if sq is None:
                     continue
-                o = json.loads(strata.run("--json", "query", "--scope", name, q["query"]))
+                o = asked.get(q["query"]) or json.loads(strata.run("--json", "query", "--scope", name, q["query"]))
                 r = json.loads(strata.run("--json", "query", "--scope", name, sq))
                 swapped.append(
                     {
@@ -241,23 +250,20 @@ def main() -> int:
     if negatives:
         pos = [float(r["confidence"] or 0.0) for r in rows]
         neg = [float(r["confidence"] or 0.0) for r in negatives]
-        # AUC: P(conf(answerable) > conf(unanswerable)), ties count half.
-        wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
         res["negatives"] = {
             "queries": len(negatives),
             "ready": sum(r["ready"] for r in negatives) / len(negatives),
-            "auc": wins / (len(pos) * len(neg)) if pos and neg else None,
+            "auc": auc(pos, neg),
             "rows": negatives,
         }
     if swapped:
         pos = [float(r["confidence"] or 0.0) for r in swapped]
         neg = [float(r["swapped_confidence"] or 0.0) for r in swapped]
-        wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
         res["swapped"] = {
             "queries": len(swapped),
             "original_ready": sum(r["ready"] for r in swapped) / len(swapped),
             "swapped_ready": sum(r["swapped_ready"] for r in swapped) / len(swapped),
-            "auc": wins / (len(pos) * len(neg)),
+            "auc": auc(pos, neg),
             "lower": sum(n < p for p, n in zip(pos, neg)) / len(swapped),
             "rows": swapped,
         }
