@@ -404,6 +404,60 @@ fn a_question_naming_someone_who_did_not_say_it_ends_not_ready() {
     );
 }
 
+/// Minutes report what people did in the third person, in someone else's turns ("Okafor
+/// proposes capping the pilot budget …", written by the clerk): a question naming Okafor is
+/// answered by the sentence that opens with Okafor as who acts — before Okafor's own turns
+/// that only share a word with it — and is ready; one naming someone the minutes only
+/// address ("Thank you, Moreau.") or never report doing it is not.
+#[test]
+fn minutes_in_the_third_person_answer_for_the_one_they_name() {
+    let cap = "Okafor proposes capping the pilot budget at 48,200 euros for the first year.";
+    let object = "Lindqvist objects to the cap, arguing that the pilot needs 60,000 euros for \
+                  its staff.";
+    let mut turns: Vec<(&str, &str)> = Vec::new();
+    let filler = [
+        (
+            "Okafor",
+            "We should move carefully on the harbour budget this spring.",
+        ),
+        (
+            "Lindqvist",
+            "The ferry timetable still worries the island schools.",
+        ),
+        (
+            "Moreau",
+            "Thank you, I would like the tender documents circulated early.",
+        ),
+    ];
+    for i in 0..9 {
+        turns.push(filler[i % filler.len()]);
+        turns.push(("Clerk", "The meeting moves to the next item on the agenda."));
+    }
+    turns.insert(3, ("Clerk", cap));
+    turns.insert(8, ("Clerk", object));
+    turns.insert(
+        12,
+        ("Clerk", "Thank you, Moreau. The tram depot is deferred."),
+    );
+    let e = conversation(&turns, 3);
+    let r = ask(&e, "What did Okafor propose for the pilot budget?");
+    assert_eq!(
+        r.citations.first().map(|c| c.quote.as_str()),
+        Some(cap),
+        "{r:?}"
+    );
+    assert!(r.ready, "confidence {}: {r:?}", r.confidence);
+    let r = ask(&e, "Why did Lindqvist object to the cap?");
+    assert_eq!(
+        r.citations.first().map(|c| c.quote.as_str()),
+        Some(object),
+        "{r:?}"
+    );
+    assert!(r.ready, "confidence {}: {r:?}", r.confidence);
+    let r = ask(&e, "What did Moreau propose for the pilot budget?");
+    assert!(!r.ready, "confidence {}: {r:?}", r.confidence);
+}
+
 /// A reply answers the question before it in other words ("Did you go to the adoption
 /// agency meeting?" — "Yes! I met a counselor there …"): cited for what it replies to, it
 /// covers what that question holds, so the answer is ready; asked of the one who only asked,

@@ -73,7 +73,7 @@ pub(crate) fn window(
         corpus,
         &trees,
         &found.hits,
-        &std::collections::BTreeSet::new(),
+        &crate::corpus::speakers::Named::default(),
         now,
         &mut texts,
     )?;

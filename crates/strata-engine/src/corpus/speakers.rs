@@ -29,6 +29,66 @@ pub(crate) struct Named {
     pub(crate) object_terms: HashSet<String>,
 }
 
+impl Named {
+    /// Whether `sentence` opens with the name of a speaker named as the one speaking, as
+    /// its subject — what minutes write in someone else's turn ("Okafor proposes capping
+    /// the budget …"): its leading capitalised words begin with a word of that speaker's
+    /// name and hold every word the question names them by ("Okafor proposes …", "Navdeep
+    /// Bains said …", "Okafor's plan …"), and are not a vocative ("Okafor, you …") or the
+    /// whole sentence ("Thank you, Okafor."). Word order and capitals only: no list of
+    /// verbs.
+    pub(crate) fn opens(&self, corpus: &Corpus<'_>, sentence: &str) -> bool {
+        if self.subjects.is_empty() || self.subject_terms.is_empty() {
+            return false;
+        }
+        let text = sentence.trim_start_matches(|c: char| !c.is_alphanumeric());
+        let mut lead: Vec<&str> = Vec::new();
+        for w in text.split_whitespace() {
+            if !w.chars().next().is_some_and(char::is_uppercase) {
+                break;
+            }
+            lead.push(w);
+            if w.ends_with([',', ':', ';', '!', '?']) {
+                break;
+            }
+        }
+        let (Some(first), Some(last)) = (lead.first(), lead.last()) else {
+            return false;
+        };
+        if last.ends_with([',', '!', '?']) || lead.len() == text.split_whitespace().count() {
+            return false;
+        }
+        let first: BTreeSet<String> = corpus.analyze(first).into_iter().collect();
+        let held: BTreeSet<String> = corpus.analyze(&lead.join(" ")).into_iter().collect();
+        !first.is_empty()
+            && self.subjects.iter().any(|s| {
+                // The name without what a transcript adds in brackets (a riding, a
+                // portfolio: "Hon. Bernadette Jordan (Minister of Fisheries, Oceans and the
+                // Canadian Coast Guard)" is not reported by "Canadian seniors are …").
+                let bare: String = s.split('(').next().unwrap_or(s).to_string();
+                let name: BTreeSet<String> = corpus.analyze(&bare).into_iter().collect();
+                // Every word the question names them by that their name holds: a role
+                // name's single word is a common one ("Interface concept." is no report
+                // of what the User Interface did).
+                let naming: Vec<&String> = name
+                    .iter()
+                    .filter(|t| self.subject_terms.contains(*t))
+                    .collect();
+                first.is_subset(&name)
+                    && !naming.is_empty()
+                    && naming.iter().all(|t| held.contains(*t))
+            })
+    }
+
+    /// Whether some sentence of `text` [`opens`](Self::opens) with a named speaker's name.
+    pub(crate) fn reported_in(&self, corpus: &Corpus<'_>, text: &str) -> bool {
+        !self.subjects.is_empty()
+            && crate::text::sentences(text)
+                .iter()
+                .any(|s| self.opens(corpus, text[s.start..s.end].trim()))
+    }
+}
+
 /// The speakers of `trees` that `question` names. A speaker's name is its analysed terms
 /// (stop words dropped, stemmed: "Hon. Navdeep Bains" → hon, navdeep, bain); a word the
 /// question writes with a capital (not its first) names when its term is one that at

@@ -34,7 +34,8 @@ pub(crate) struct TurnScore {
     pub(crate) hit: f64,
     pub(crate) neighbour: f64,
     pub(crate) reply: f64,
-    /// Whether a speaker the question names as the one speaking said it.
+    /// Whether a speaker the question names as the one speaking said it, or it reports
+    /// what they did ("Okafor proposes …" in a clerk's minutes).
     pub(crate) named_speaker: bool,
 }
 
@@ -98,14 +99,15 @@ pub(crate) fn passes(turns: &[TurnScore]) -> (Vec<usize>, Vec<usize>) {
 
 /// Every turn (FULL chunk, of a conversation or a document) of `trees` with some evidence
 /// for the question whose FULL-level `hits` are given, in reading order (plan, chunk).
-/// Scores are over the best hit's; `subjects` are the speakers the question names as the
-/// one speaking ([`super::speakers::named`]). The texts read to tell questions are kept
-/// in `texts` by (plan, chunk).
+/// Scores are over the best hit's; `named` are the speakers the question names as the
+/// one speaking ([`super::speakers::named`]). The texts read to tell questions (and, for
+/// a hit, whether it reports what a named speaker did) are kept in `texts` by (plan,
+/// chunk).
 pub(crate) fn turn_scores(
     corpus: &Corpus<'_>,
     trees: &Trees,
     hits: &[(crate::node::NodeId, f32)],
-    subjects: &std::collections::BTreeSet<String>,
+    named: &super::speakers::Named,
     now: u64,
     texts: &mut HashMap<(usize, usize), String>,
 ) -> Result<Vec<TurnScore>> {
@@ -169,16 +171,27 @@ pub(crate) fn turn_scores(
                     reply = REPLY * prev;
                 }
             }
+            let mut named_speaker = plan.sources[plan.chunks[ci].source]
+                .speaker
+                .as_ref()
+                .is_some_and(|s| named.subjects.contains(s));
+            if !named_speaker && hit[ci] > 0.0 && !named.subjects.is_empty() {
+                // Minutes: another's turn that reports what they did ("Okafor proposes …").
+                let text = match texts.entry((pi, ci)) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(corpus.node(&plan.chunks[ci].full, now)?.text)
+                    }
+                };
+                named_speaker = named.reported_in(corpus, text);
+            }
             let t = TurnScore {
                 plan: pi,
                 chunk: ci,
                 hit: hit[ci],
                 neighbour,
                 reply,
-                named_speaker: plan.sources[plan.chunks[ci].source]
-                    .speaker
-                    .as_ref()
-                    .is_some_and(|s| subjects.contains(s)),
+                named_speaker,
             };
             if t.score() > 0.0 {
                 out.push(t);

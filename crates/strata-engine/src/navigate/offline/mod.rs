@@ -654,7 +654,7 @@ fn answer(
             &chunks,
             &turns,
             &idf,
-            &cues.named.subjects,
+            &cues.named,
             &mut cands,
             cfg.max_citations,
         )
@@ -670,7 +670,7 @@ fn answer(
         let theirs: Vec<usize> = picked
             .iter()
             .copied()
-            .filter(|&i| speaks(ex, &cands[i].node, &cues.named.subjects))
+            .filter(|&i| theirs(ex, &cands[i], &cues.named))
             .collect();
         let from = if theirs.is_empty() { &picked } else { &theirs };
         let covered: BTreeSet<String> = from
@@ -844,11 +844,8 @@ fn chosen_of(
             .filter(|t| idf.contains_key(t))
             .collect(),
         idf,
-        subject_cited: (!cues.named.subjects.is_empty()).then(|| {
-            order
-                .iter()
-                .any(|&i| speaks(ex, &cands[i].node, &cues.named.subjects))
-        }),
+        subject_cited: (!cues.named.subjects.is_empty())
+            .then(|| order.iter().any(|&i| theirs(ex, &cands[i], &cues.named))),
         subject_evidence: 1.0,
     }
 }
@@ -871,6 +868,14 @@ fn replied(ex: &Explorer<'_>, node: &NodeId, idf: &BTreeMap<String, f64>) -> BTr
             .collect(),
         Err(_) => BTreeSet::new(),
     }
+}
+
+/// Whether the candidate `c` is what a speaker the question names as the one speaking
+/// (`named`) said or did: their own turn ([`speaks`]), or a sentence that opens with their
+/// name as who acts (`Named::opens`: "Okafor proposes capping the budget …" in a clerk's
+/// minutes).
+fn theirs(ex: &Explorer<'_>, c: &Cand, named: &crate::corpus::speakers::Named) -> bool {
+    speaks(ex, &c.node, &named.subjects) || named.opens(&ex.corpus, &c.quote)
 }
 
 /// Whether the FULL chunk `node` is a turn by one of `speakers`.
@@ -908,17 +913,18 @@ fn by_turn(
     chunks: &[crate::node::Node],
     turns: &[retrieve::RankedTurn],
     idf: &BTreeMap<String, f64>,
-    speakers: &BTreeSet<String>,
+    named: &crate::corpus::speakers::Named,
     cands: &mut Vec<Cand>,
     max: usize,
 ) -> Option<(Vec<usize>, Vec<TurnWhy>)> {
     let mut picked: Vec<usize> = Vec::new();
     let mut whys = Vec::new();
     // A question that names a speaker as the one speaking ("what did chen propose") asks
-    // what they said: their turns come first, in their order.
+    // what they said or did: their turns (and turns reporting what they did, in minutes:
+    // `TurnScore::named_speaker`) come first, in their order.
     let mut order: Vec<(usize, &retrieve::RankedTurn)> = turns.iter().enumerate().collect();
-    if !speakers.is_empty() {
-        order.sort_by_cached_key(|(_, t)| !speaks(ex, &t.id, speakers));
+    if !named.subjects.is_empty() {
+        order.sort_by_key(|(_, t)| !t.scores.named_speaker);
     }
     for (rank, t) in order {
         if picked.len() >= max.max(1) {

@@ -205,14 +205,7 @@ fn ranked_turns(
         ex.cfg.max_nodes,
     )?;
     let mut texts = HashMap::new();
-    let scored = focus::turn_scores(
-        &ex.corpus,
-        &ex.trees,
-        &hits,
-        &named.subjects,
-        ex.now,
-        &mut texts,
-    )?;
+    let scored = focus::turn_scores(&ex.corpus, &ex.trees, &hits, named, ex.now, &mut texts)?;
     let (first, second) = focus::passes(&scored);
     let best = scored.iter().map(|t| t.score()).fold(1e-9, f64::max);
     let mut seen = vec![false; scored.len()];
