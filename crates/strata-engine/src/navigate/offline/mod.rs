@@ -670,7 +670,7 @@ fn answer(
         let theirs: Vec<usize> = picked
             .iter()
             .copied()
-            .filter(|&i| theirs(ex, &cands[i], &cues.named))
+            .filter(|&i| by_them(ex, &cands[i], &cues.named))
             .collect();
         let from = if theirs.is_empty() { &picked } else { &theirs };
         let covered: BTreeSet<String> = from
@@ -845,7 +845,7 @@ fn chosen_of(
             .collect(),
         idf,
         subject_cited: (!cues.named.subjects.is_empty())
-            .then(|| order.iter().any(|&i| theirs(ex, &cands[i], &cues.named))),
+            .then(|| order.iter().any(|&i| by_them(ex, &cands[i], &cues.named))),
         subject_evidence: 1.0,
     }
 }
@@ -874,7 +874,7 @@ fn replied(ex: &Explorer<'_>, node: &NodeId, idf: &BTreeMap<String, f64>) -> BTr
 /// (`named`) said or did: their own turn ([`speaks`]), or a sentence that opens with their
 /// name as who acts (`Named::opens`: "Okafor proposes capping the budget …" in a clerk's
 /// minutes).
-fn theirs(ex: &Explorer<'_>, c: &Cand, named: &crate::corpus::speakers::Named) -> bool {
+fn by_them(ex: &Explorer<'_>, c: &Cand, named: &crate::corpus::speakers::Named) -> bool {
     speaks(ex, &c.node, &named.subjects) || named.opens(&ex.corpus, &c.quote)
 }
 
