@@ -27,6 +27,9 @@ pub(crate) struct Named {
     pub(crate) subject_terms: HashSet<String>,
     /// The objects' analysed name terms.
     pub(crate) object_terms: HashSet<String>,
+    /// Each subject's name terms without what a transcript adds in brackets (a riding, a
+    /// portfolio), as [`Named::opens`] compares them.
+    pub(crate) subject_names: Vec<BTreeSet<String>>,
 }
 
 impl Named {
@@ -60,13 +63,11 @@ impl Named {
         }
         let first: BTreeSet<String> = corpus.analyze(first).into_iter().collect();
         let held: BTreeSet<String> = corpus.analyze(&lead.join(" ")).into_iter().collect();
+        // The name without what a transcript adds in brackets: "Hon. Bernadette Jordan
+        // (Minister of Fisheries, Oceans and the Canadian Coast Guard)" is not reported by
+        // "Canadian seniors are …".
         !first.is_empty()
-            && self.subjects.iter().any(|s| {
-                // The name without what a transcript adds in brackets (a riding, a
-                // portfolio: "Hon. Bernadette Jordan (Minister of Fisheries, Oceans and the
-                // Canadian Coast Guard)" is not reported by "Canadian seniors are …").
-                let bare: String = s.split('(').next().unwrap_or(s).to_string();
-                let name: BTreeSet<String> = corpus.analyze(&bare).into_iter().collect();
+            && self.subject_names.iter().any(|name| {
                 // Every word the question names them by that their name holds: a role
                 // name's single word is a common one ("Interface concept." is no report
                 // of what the User Interface did).
@@ -74,7 +75,7 @@ impl Named {
                     .iter()
                     .filter(|t| self.subject_terms.contains(*t))
                     .collect();
-                first.is_subset(&name)
+                first.is_subset(name)
                     && !naming.is_empty()
                     && naming.iter().all(|t| held.contains(*t))
             })
@@ -228,8 +229,10 @@ pub(crate) fn named(corpus: &Corpus<'_>, question: &Question, trees: &Trees) -> 
                 out.subject_terms.insert((*t).clone());
             }
         }
-        if !object {
-            out.subjects.insert(sp.to_string());
+        if !object && out.subjects.insert(sp.to_string()) {
+            let bare = sp.split('(').next().unwrap_or(sp);
+            out.subject_names
+                .push(corpus.analyze(bare).into_iter().collect());
         }
     }
     out
