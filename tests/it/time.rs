@@ -248,6 +248,73 @@ fn since_and_until_restrict_windows_and_queries() {
 }
 
 #[test]
+fn a_question_naming_when_reads_what_was_said_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = timed_store(dir.path());
+    let first_note = |v: &Value| v["refinement_history"][0].as_str().unwrap().to_string();
+
+    // Both of Melanie's turns with the kids answer the question without a time; "in July"
+    // (the July before the latest time said, 2023-07-12) leaves the one said then.
+    let v = ask(&db, &[], "What did Melanie do with the kids?");
+    let q = quotes(&v);
+    assert!(
+        q.iter().any(|q| q.contains("pottery")) && q.iter().any(|q| q.contains("sunrise")),
+        "{v:#}"
+    );
+    let v = ask(&db, &[], "What did Melanie do with the kids in July?");
+    assert_eq!(v["ready"], true, "{v:#}");
+    let q = quotes(&v);
+    assert!(q[0].contains("pottery"), "{v:#}");
+    assert!(!q.iter().any(|q| q.contains("sunrise")), "{v:#}");
+    let note = first_note(&v);
+    assert!(
+        note.contains("\"in July\": 2023-07")
+            && note.contains("only what was said between 2023-07-01 and 2023-07-31 is read"),
+        "{note}"
+    );
+
+    // A question whose only word besides its date names who speaks: their turn then.
+    let v = ask(&db, &[], "What did Caroline do in June 2023?");
+    assert_eq!(v["ready"], true, "{v:#}");
+    assert_eq!(
+        quotes(&v),
+        ["The adoption agency called me about the interview for the foster program."]
+    );
+    assert!(
+        v["refinement_history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h.as_str().unwrap().contains("sentence of theirs")),
+        "{v:#}"
+    );
+    // "since" bounds one side.
+    let v = ask(&db, &[], "What did Caroline say since June?");
+    assert!(!quotes(&v).is_empty(), "{v:#}");
+    for c in v["citations"].as_array().unwrap() {
+        assert!(c["time"].as_str().unwrap() >= "2023-06", "{c}");
+    }
+    // Nothing said then: everything is read, the question as asked — and it is not
+    // answered from another month.
+    let v = ask(&db, &[], "What did Caroline do in August 2023?");
+    assert_eq!(v["ready"], false, "{v:#}");
+    assert!(
+        first_note(&v).contains("nothing was said between 2023-08-01 and 2023-08-31"),
+        "{v:#}"
+    );
+    // A date after an article names a thing; a range given outright wins.
+    let v = ask(&db, &[], "Who set the May 7 deadline?");
+    assert!(!first_note(&v).contains("places itself in time"), "{v:#}");
+    let v = ask(
+        &db,
+        &["--until", "2023-05-31"],
+        "What did Melanie do with the kids in July?",
+    );
+    assert!(quotes(&v).iter().any(|q| q.contains("sunrise")), "{v:#}");
+    assert!(!first_note(&v).contains("places itself in time"), "{v:#}");
+}
+
+#[test]
 fn a_bad_time_is_one_line_naming_the_line_and_nothing_is_stored() {
     let dir = tempfile::tempdir().unwrap();
     let bad = DEBATE.replacen("2023-06-09T19:00:00+02:00", "2023-06-31", 1);

@@ -34,6 +34,22 @@ impl When {
         }
     }
 
+    /// Its first and last day.
+    pub fn days(&self) -> Option<(NaiveDate, NaiveDate)> {
+        match *self {
+            When::Day(d) => Some((d, d)),
+            When::Days(a, b) => Some((a, b)),
+            When::Month(y, m) => {
+                let first = NaiveDate::from_ymd_opt(y, m, 1)?;
+                Some((first, first.checked_add_months(Months::new(1))?.pred_opt()?))
+            }
+            When::Year(y) => Some((
+                NaiveDate::from_ymd_opt(y, 1, 1)?,
+                NaiveDate::from_ymd_opt(y, 12, 31)?,
+            )),
+        }
+    }
+
     /// In words: `5 May 2023`, `6 May 2023 – 7 May 2023`, `April 2023`, `2022`.
     pub fn words(&self) -> String {
         let day = |d: NaiveDate| d.format("%-d %B %Y").to_string();
@@ -83,6 +99,45 @@ pub fn find(text: &str, anchor: NaiveDate) -> Option<Found> {
             end: words[i + n - 1].end,
             when,
         })
+    })
+}
+
+/// How a question's date bounds what it asks about: within it ("in May 2023", "last
+/// week"), from it on ("since 2019", "from March"), or up to it ("until June", "by
+/// 2020").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    Within,
+    Since,
+    Until,
+}
+
+/// When a question places what it asks about: its first date expression (the grammar of
+/// [`find`], said on `anchor`) that says when, not which thing — one written after an
+/// article ("the May 7 deadline", "a 2019 report") names a thing and is passed over —
+/// with how it bounds ([`Bound`]: by the expression's first word, `since`/`from` or
+/// `until`/`till`/`by`).
+pub fn placed(question: &str, anchor: NaiveDate) -> Option<(Found, Bound)> {
+    let words = tokens(question);
+    let future = speaks_of_future(&words);
+    (0..words.len()).find_map(|i| {
+        if i > 0 && matches!(words[i - 1].word.as_str(), "the" | "a" | "an") {
+            return None;
+        }
+        let (n, when) = parse_at(question, &words, i, anchor, future)?;
+        let bound = match words[i].word.as_str() {
+            "since" | "from" => Bound::Since,
+            "until" | "till" | "by" => Bound::Until,
+            _ => Bound::Within,
+        };
+        Some((
+            Found {
+                start: words[i].start,
+                end: words[i + n - 1].end,
+                when,
+            },
+            bound,
+        ))
     })
 }
 
@@ -555,6 +610,54 @@ mod tests {
     fn check(expr: &str, iso: &str) {
         let got = resolve(expr, anchor()).map(|w| w.iso());
         assert_eq!(got.as_deref(), Some(iso), "{expr:?}");
+    }
+
+    #[test]
+    fn a_question_placed_in_time() {
+        fn placed(q: &str) -> Option<(String, Bound, &str)> {
+            super::placed(q, anchor()).map(|(f, b)| (f.when.iso(), b, &q[f.start..f.end]))
+        }
+        assert_eq!(
+            placed("What did Caroline do in May 2023?"),
+            Some(("2023-05".into(), Bound::Within, "in May 2023"))
+        );
+        assert_eq!(
+            placed("What has Bob said since 2019?"),
+            Some(("2019".into(), Bound::Since, "since 2019"))
+        );
+        assert_eq!(
+            placed("What had they agreed by March?"),
+            Some(("2023-03".into(), Bound::Until, "by March"))
+        );
+        assert_eq!(
+            placed("Who objected last week?").map(|p| p.0),
+            Some("2023-05-01/2023-05-07".into())
+        );
+        // A date after an article names a thing, not when.
+        assert_eq!(placed("Who set the May 7 deadline?"), None);
+        assert_eq!(placed("Who wrote a 2019 report?"), None);
+        assert_eq!(placed("What did Alice say about the budget?"), None);
+    }
+
+    #[test]
+    fn a_when_as_days() {
+        let d = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();
+        assert_eq!(
+            When::Month(2024, 2).days(),
+            Some((d(2024, 2, 1), d(2024, 2, 29)))
+        );
+        assert_eq!(
+            When::Month(2023, 12).days(),
+            Some((d(2023, 12, 1), d(2023, 12, 31)))
+        );
+        assert_eq!(
+            When::Year(2022).days(),
+            Some((d(2022, 1, 1), d(2022, 12, 31)))
+        );
+        assert_eq!(
+            When::Day(d(2023, 5, 8)).days(),
+            Some((d(2023, 5, 8), d(2023, 5, 8)))
+        );
     }
 
     #[test]

@@ -44,6 +44,79 @@ fn during(plans: Vec<Plan>, range: &TimeRange) -> Result<Vec<Plan>> {
     Ok(kept)
 }
 
+/// What a question's own date leaves to read: [`placed`].
+struct Placed {
+    plans: Vec<Plan>,
+    /// The question the offline navigator reads: without its date expression when that
+    /// expression restricted the reading (a time is no word a turn holds, and a month's
+    /// capital is no name a set answer must hold).
+    question: String,
+    /// What the history says of it.
+    note: Option<String>,
+}
+
+/// A question that places what it asks about in time — "in May 2023", "last week",
+/// "since 2019" ([`crate::text::time::placed`]), resolved against the latest time said in
+/// the scopes (a question about a conversation is asked after it) — reads what was said
+/// then, as `query.during` would, when no range was given and the scopes hold something
+/// said then. A date after an article names a thing ("the May 7 deadline") and restricts
+/// nothing; scopes without times, or with nothing said then, are read whole. The history
+/// says which.
+fn placed(question: &str, plans: Vec<Plan>, given: &TimeRange) -> Placed {
+    use crate::text::time::{Bound, placed};
+    use crate::time::Time;
+    let whole = |plans, note| Placed {
+        plans,
+        question: question.to_string(),
+        note,
+    };
+    let latest = plans
+        .iter()
+        .flat_map(|p| p.sources.iter().filter_map(|s| s.time))
+        .max();
+    let (Some(latest), true) = (latest, given.is_all()) else {
+        return whole(plans, None);
+    };
+    let Some((found, bound)) = placed(question, latest.date()) else {
+        return whole(plans, None);
+    };
+    let Some((first, last)) = found.when.days() else {
+        return whole(plans, None);
+    };
+    let range = TimeRange {
+        since: (bound != Bound::Until).then(|| Time::from_date(first)),
+        until: (bound != Bound::Since).then(|| Time::from_date(last)),
+    };
+    let said = &question[found.start..found.end];
+    let kept: Vec<Plan> = plans.iter().filter_map(|p| p.during(&range)).collect();
+    if kept.is_empty() {
+        let note = format!(
+            "the question places itself in time ({said:?}: {}, read against {latest}, the latest time said): nothing was said {range}, so everything is read, the question as asked",
+            found.when.iso()
+        );
+        return whole(plans, Some(note));
+    }
+    let sources = |ps: &[Plan]| ps.iter().map(|p| p.chunks.len()).sum::<usize>();
+    let note = format!(
+        "the question places itself in time ({said:?}: {}, read against {latest}, the latest time said): only what was said {range} is read ({} of {} chunks), the question without those words",
+        found.when.iso(),
+        sources(&kept),
+        sources(&plans)
+    );
+    let rest = format!("{}{}", &question[..found.start], &question[found.end..]);
+    let rest = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+    let rest = rest
+        .replace(" ?", "?")
+        .replace(" .", ".")
+        .replace(" ,", ",")
+        .replace(" !", "!");
+    Placed {
+        plans: kept,
+        question: rest,
+        note: Some(note),
+    }
+}
+
 /// A question that asks when ([`crate::text::time::asks_when`]) gets a date when what it
 /// cites has a time: the first timed citation's date expression ("last Friday", "two
 /// weeks ago", "in March") resolved against its source's time, else that time's date. The
@@ -170,11 +243,16 @@ impl Engine {
                 plans.push(self.ensure_built(s, now, progress).await?.0);
             }
             let plans = during(plans, &qcfg.during)?;
+            let Placed {
+                plans,
+                question: asked,
+                note,
+            } = placed(question, plans, &qcfg.during);
             // Appends leave their chunks pending; a query searches everything stored.
             off_executor(|| self.sync_index())?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
             explorer.set_stop(stop.clone());
-            explorer.embed_question(question).await;
+            explorer.embed_question(&asked).await;
             match self
                 .root
                 .as_ref()
@@ -197,8 +275,14 @@ impl Engine {
                         crate::navigate::llm::run(explorer, question, &root, &helper).await
                     }
                 }
-                None => off_executor(|| crate::navigate::offline(explorer, question)),
+                None => off_executor(|| crate::navigate::offline(explorer, &asked)),
             }
+            .map(|mut r| {
+                if let Some(note) = note {
+                    r.refinement_history.insert(0, note);
+                }
+                r
+            })
         })
         .await?;
         answer_when(question, &mut r);

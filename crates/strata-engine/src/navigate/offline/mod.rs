@@ -697,7 +697,15 @@ fn answer(
                     .map(|(k, v)| format!("{k} {v:.3}"))
                     .collect::<Vec<_>>()
                     .join(", "),
-                if c.tf.is_empty() {
+                if c.tf.is_empty() && c.rank < chunks.len() {
+                    // A sentence of a read chunk holding no question word: the question
+                    // asks only what its speaker said (reply excerpts rank after every
+                    // read chunk).
+                    format!(
+                        "sentence of theirs (the question's only words name who speaks: {})",
+                        terms.join(", ")
+                    )
+                } else if c.tf.is_empty() {
                     if terms.is_empty() {
                         "excerpt (no sentence holds a question word)".to_string()
                     } else {

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// Scores every sentence (and adjacent pair) of the read chunks: BM25 over the candidate
 /// sentences (so a long sentence does not win by sheer length), plus credit for question
 /// terms that name the chunk's speaker, round or document. A sentence sharing no word with
-/// the question is no candidate.
+/// the question is no candidate, unless the question's only words name who speaks and the
+/// sentence is theirs.
 pub(super) fn candidates(
     ex: &Explorer<'_>,
     chunks: &[Node],
@@ -19,6 +20,10 @@ pub(super) fn candidates(
 ) -> Vec<Cand> {
     let index = ex.corpus;
     let total: f64 = idf.values().sum::<f64>().max(1e-9);
+    // A question that asks only what someone said ("What did Caroline say?", or with a
+    // time: "… in June?", the date read as the range) has no word but their name, which their
+    // turns hold in their label: each sentence of their turns is a candidate then.
+    let only_who = !cues.subjects.is_empty() && idf.keys().all(|t| cues.subjects.contains(t));
     let mut cands = Vec::new();
     for (rank, n) in chunks.iter().enumerate() {
         let base = n.citations[0].start;
@@ -44,7 +49,8 @@ pub(super) fn candidates(
                     *tf.entry(t.clone()).or_insert(0) += 1;
                 }
             }
-            if tf.is_empty() {
+            let theirs = only_who && !ctx.is_empty();
+            if tf.is_empty() && !theirs {
                 continue;
             }
             cands.push(Cand {
