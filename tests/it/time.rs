@@ -312,6 +312,28 @@ fn a_question_naming_when_reads_what_was_said_then() {
     );
     assert!(quotes(&v).iter().any(|q| q.contains("sunrise")), "{v:#}");
     assert!(!first_note(&v).contains("places itself in time"), "{v:#}");
+
+    // What was said later about then counts: a turn of 20 July saying "last month" (June)
+    // is read for a question about June, whose own turns hold no race.
+    let more = write(
+        dir.path(),
+        "more.jsonl",
+        r#"{"round": 4, "speaker": "caroline", "text": "Last month I ran a charity race for the adoption agency.", "time": "2023-07-20"}
+"#,
+    );
+    let more = more.display().to_string();
+    let (code, out, err) = strata_cli(&db, &["ingest", "--scope", "d", &more]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = strata_cli(&db, &["compress", "--scope", "d"]);
+    assert_eq!(code, 0, "{err}");
+    let v = ask(&db, &[], "What race did Caroline run in June?");
+    assert_eq!(v["ready"], true, "{v:#}");
+    assert!(quotes(&v)[0].contains("charity race"), "{v:#}");
+    let note = first_note(&v);
+    assert!(
+        note.contains("(2 chunks), and what was said at other times that mentions a date then (1)"),
+        "{note}"
+    );
 }
 
 #[test]

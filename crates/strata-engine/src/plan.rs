@@ -491,6 +491,12 @@ impl Plan {
         if range.is_all() {
             return Some(self.clone());
         }
+        self.keeping(|c| range.contains(self.sources[c.source].time.as_ref()))
+    }
+
+    /// The part of this tree made of the chunks `keep` holds to, as [`Plan::during`] makes
+    /// it (for reading only); `None` when it keeps none.
+    pub fn keeping(&self, keep: impl Fn(&PlannedChunk) -> bool) -> Option<Plan> {
         let mut chunks: Vec<PlannedChunk> = Vec::new();
         let mut groups: Vec<PlannedGroup> = Vec::new();
         for g in &self.groups {
@@ -498,7 +504,7 @@ impl Plan {
                 .chunks
                 .iter()
                 .map(|&ci| &self.chunks[ci])
-                .filter(|c| range.contains(self.sources[c.source].time.as_ref()))
+                .filter(|c| keep(c))
                 .collect();
             if kept.is_empty() {
                 continue;

@@ -102,6 +102,29 @@ pub fn find(text: &str, anchor: NaiveDate) -> Option<Found> {
     })
 }
 
+/// Every date expression of `text` (said on `anchor`), resolved, in order and not
+/// overlapping.
+pub fn mentions(text: &str, anchor: NaiveDate) -> Vec<Found> {
+    let words = tokens(text);
+    let future = speaks_of_future(&words);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        match parse_at(text, &words, i, anchor, future) {
+            Some((n, when)) => {
+                out.push(Found {
+                    start: words[i].start,
+                    end: words[i + n - 1].end,
+                    when,
+                });
+                i += n;
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
 /// How a question's date bounds what it asks about: within it ("in May 2023", "last
 /// week"), from it on ("since 2019", "from March"), or up to it ("until June", "by
 /// 2020").
@@ -637,6 +660,17 @@ mod tests {
         assert_eq!(placed("Who set the May 7 deadline?"), None);
         assert_eq!(placed("Who wrote a 2019 report?"), None);
         assert_eq!(placed("What did Alice say about the budget?"), None);
+    }
+
+    #[test]
+    fn every_mention_of_a_date() {
+        let text = "Last Friday I ran; next week I rest, and on 2 June 2023 I fly.";
+        let got: Vec<String> = mentions(text, anchor())
+            .iter()
+            .map(|f| f.when.iso())
+            .collect();
+        assert_eq!(got, ["2023-05-05", "2023-05-15/2023-05-21", "2023-06-02"]);
+        assert!(mentions("Nothing dated here.", anchor()).is_empty());
     }
 
     #[test]
