@@ -457,6 +457,9 @@ fn context(
         },
         w.omitted
     );
+    if let Some(p) = &w.placed {
+        eprintln!("-- {p}");
+    }
     Ok(())
 }
 

@@ -313,6 +313,32 @@ fn a_question_naming_when_reads_what_was_said_then() {
     assert!(quotes(&v).iter().any(|q| q.contains("sunrise")), "{v:#}");
     assert!(!first_note(&v).contains("places itself in time"), "{v:#}");
 
+    // A question-focused window reads a placed question the same way; a turn about to be
+    // spoken (no question mark) is read against the whole scope.
+    let window_for = |text: &str| {
+        let (code, out, err) = strata_cli(
+            &db,
+            &[
+                "--json", "context", "--scope", "d", "--for", text, "--budget", "400",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        json_of(&out)
+    };
+    let w = window_for("What did Melanie do with the kids in July?");
+    assert!(w["text"].as_str().unwrap().contains("pottery"), "{w:#}");
+    assert!(!w["text"].as_str().unwrap().contains("sunrise"), "{w:#}");
+    assert!(
+        w["placed"]
+            .as_str()
+            .unwrap()
+            .contains("between 2023-07-01 and 2023-07-31"),
+        "{w:#}"
+    );
+    let w = window_for("I took the kids somewhere in July.");
+    assert!(w["text"].as_str().unwrap().contains("sunrise"), "{w:#}");
+    assert!(w.get("placed").is_none(), "{w:#}");
+
     // What was said later about then counts: a turn of 20 July saying "last month" (June)
     // is read for a question about June, whose own turns hold no race.
     let more = write(

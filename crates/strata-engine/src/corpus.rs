@@ -20,6 +20,7 @@ use crate::store::Store;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+pub(crate) mod placed;
 pub(crate) mod speakers;
 pub(crate) mod turns;
 

@@ -12,6 +12,7 @@
 //! Every part cites its exact spans, and says why it was chosen.
 
 use super::{ContextNode, ContextWindow};
+use crate::corpus::placed::{Placed, placed};
 use crate::corpus::turns::{EXCERPT_TOKENS, passes, turn_scores};
 use crate::corpus::{Corpus, Search, Trees};
 use crate::error::Result;
@@ -19,6 +20,7 @@ use crate::level::Level;
 use crate::node::Span;
 use crate::plan::Plan;
 use crate::text;
+use crate::time::TimeRange;
 use crate::token;
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,15 +34,39 @@ const OVERVIEW_SHARE: f64 = 0.1;
 const OVERVIEW_MIN_BUDGET: usize = 800;
 
 /// The window for `question` over `plan`'s scope, or `None` when the question has no
-/// searchable words (the caller serves the unfocused window instead).
+/// searchable words (the caller serves the unfocused window instead). `given` is the time
+/// range `plan` was cut to, if any: without one, a question (not a turn about to be
+/// spoken: it ends with a question mark) that places itself in time ("What did Caroline
+/// do in June 2023?") is read as `query` reads it — what was said then, and what mentions
+/// then (`corpus::placed`).
 pub(crate) fn window(
     corpus: &Corpus<'_>,
     plan: &Plan,
     question: &str,
     budget: usize,
+    given: &TimeRange,
     now: u64,
 ) -> Result<Option<ContextWindow>> {
     super::check_budget(budget)?;
+    let asked = question;
+    let timed = || plan.sources.iter().any(|s| s.time.is_some());
+    let placed = match text::salience::is_question(question) && given.is_all() && timed() {
+        true => Some(placed(corpus, question, vec![plan.clone()], given)?),
+        false => None,
+    };
+    let (plan, question, placed) = match placed {
+        Some(Placed {
+            mut plans,
+            question,
+            note: Some(note),
+        }) if plans.len() == 1 => (
+            std::borrow::Cow::Owned(plans.remove(0)),
+            question,
+            Some(note),
+        ),
+        _ => (std::borrow::Cow::Borrowed(plan), question.to_string(), None),
+    };
+    let (plan, question) = (&*plan, question.as_str());
     let q = corpus.question(question);
     if q.terms().is_empty() {
         return Ok(None);
@@ -237,7 +263,8 @@ pub(crate) fn window(
             text,
             nodes,
             omitted: considered.saturating_sub(held),
-            focus: Some(question.to_string()),
+            focus: Some(asked.to_string()),
+            placed,
         }));
     }
 }

@@ -99,6 +99,10 @@ pub struct ContextWindow {
     /// The question or turn a question-focused window was built for.
     #[serde(rename = "for", skip_serializing_if = "Option::is_none")]
     pub focus: Option<String>,
+    /// When a question-focused window's question places itself in time ("… in June
+    /// 2023?"): what that left to read (`corpus::placed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placed: Option<String>,
 }
 
 /// One block of a window: a header line and the text of one or more nodes.
@@ -216,6 +220,7 @@ pub(crate) fn window(
             .collect(),
         omitted: omitted_before + dropped,
         focus: None,
+        placed: None,
     })
 }
 

@@ -382,7 +382,7 @@ impl Engine {
         let plan = plan.within(range)?;
         let corpus = self.corpus();
         let w = crate::navigate::off_executor(|| {
-            crate::context::focused(&corpus, &plan, question, budget, now)
+            crate::context::focused(&corpus, &plan, question, budget, range, now)
         })?;
         match w {
             Some(w) => Ok(w),
@@ -445,7 +445,7 @@ impl Engine {
         crate::navigate::off_executor(|| {
             let corpus = self.corpus();
             let focused = match &ask.focus {
-                Some(q) => crate::context::focused(&corpus, plan, q, budget, now)?,
+                Some(q) => crate::context::focused(&corpus, plan, q, budget, &ask.range, now)?,
                 None => None,
             };
             let window = match focused {
@@ -512,7 +512,7 @@ impl Engine {
     ) -> Result<Option<ContextWindow>> {
         let corpus = self.corpus();
         crate::navigate::off_executor(|| {
-            crate::context::focused(&corpus, &view.plan, question, budget, now)
+            crate::context::focused(&corpus, &view.plan, question, budget, &TimeRange::ALL, now)
         })
     }
 

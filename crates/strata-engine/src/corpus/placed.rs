@@ -1,0 +1,127 @@
+//! Where a question places itself in time, and what that leaves to read: `query` and the
+//! question-focused window read what was said then.
+
+use super::Corpus;
+use crate::error::Result;
+use crate::node::NodeId;
+use crate::plan::Plan;
+use crate::time::TimeRange;
+use std::collections::HashSet;
+
+/// What a question's own date leaves to read: [`placed`].
+pub(crate) struct Placed {
+    pub(crate) plans: Vec<Plan>,
+    /// The question the offline navigator reads: without its date expression when that
+    /// expression restricted the reading (a time is no word a turn holds, and a month's
+    /// capital is no name a set answer must hold).
+    pub(crate) question: String,
+    /// What the history says of it.
+    pub(crate) note: Option<String>,
+}
+
+/// A question that places what it asks about in time — "in May 2023", "last week",
+/// "since 2019" ([`crate::text::time::placed`]), resolved against the latest time said in
+/// the scopes (a question about a conversation is asked after it) — reads what was said
+/// then, as `query.during` would, and what was said at another time that mentions a date
+/// then (a July turn's "last month" for June: [`crate::text::time::mentions`], resolved
+/// against that turn's own time), when no range was given and the scopes hold something
+/// said then. A date after an article names a thing ("the May 7 deadline") and restricts
+/// nothing; scopes without times, or with nothing said then, are read whole. The history
+/// says which.
+pub(crate) fn placed(
+    corpus: &Corpus<'_>,
+    question: &str,
+    plans: Vec<Plan>,
+    given: &TimeRange,
+) -> Result<Placed> {
+    use crate::text::time::{Bound, mentions, placed};
+    use crate::time::{Time, TimeSpan};
+    let whole = |plans, note| Placed {
+        plans,
+        question: question.to_string(),
+        note,
+    };
+    let latest = plans
+        .iter()
+        .flat_map(|p| p.sources.iter().filter_map(|s| s.time))
+        .max();
+    let (Some(latest), true) = (latest, given.is_all()) else {
+        return Ok(whole(plans, None));
+    };
+    let Some((found, bound)) = placed(question, latest.date()) else {
+        return Ok(whole(plans, None));
+    };
+    let Some((first, last)) = found.when.days() else {
+        return Ok(whole(plans, None));
+    };
+    let range = TimeRange {
+        since: (bound != Bound::Until).then(|| Time::from_date(first)),
+        until: (bound != Bound::Since).then(|| Time::from_date(last)),
+    };
+    let said = &question[found.start..found.end];
+    let placed_note = format!(
+        "the question places itself in time ({said:?}: {}, read against {latest}, the latest time said)",
+        found.when.iso()
+    );
+    if !plans.iter().any(|p| p.during(&range).is_some()) {
+        let note = format!(
+            "{placed_note}: nothing was said {range}, so everything is read, the question as asked"
+        );
+        return Ok(whole(plans, Some(note)));
+    }
+    let (mut then, mut mentioning, mut total) = (0, 0, 0);
+    let mut kept = Vec::new();
+    for p in &plans {
+        total += p.chunks.len();
+        let time_of = |c: &crate::plan::PlannedChunk| p.sources[c.source].time;
+        // Chunks said at another time: do they mention a date in the range?
+        let others: Vec<(NodeId, Time)> = p
+            .chunks
+            .iter()
+            .filter_map(|c| time_of(c).map(|t| (c.full, t)))
+            .filter(|(_, t)| !range.contains(Some(t)))
+            .collect();
+        let ids: Vec<NodeId> = others.iter().map(|(id, _)| *id).collect();
+        let mut mention: HashSet<NodeId> = HashSet::new();
+        for ((id, t), n) in others.iter().zip(corpus.nodes(&ids)?) {
+            let Some(n) = n else { continue };
+            if mentions(&n.text, t.date())
+                .iter()
+                .filter_map(|f| f.when.days())
+                .any(|(a, b)| {
+                    range.overlaps(Some(&TimeSpan {
+                        first: Time::from_date(a),
+                        last: Time::from_date(b),
+                    }))
+                })
+            {
+                mention.insert(*id);
+            }
+        }
+        let keep = |c: &crate::plan::PlannedChunk| {
+            range.contains(time_of(c).as_ref()) || mention.contains(&c.full)
+        };
+        then += p
+            .chunks
+            .iter()
+            .filter(|c| range.contains(time_of(c).as_ref()))
+            .count();
+        mentioning += mention.len();
+        kept.extend(p.keeping(keep));
+    }
+    let note = format!(
+        "{placed_note}: only what was said {range} is read ({then} chunks), and what was said at other times that mentions a date then ({mentioning}), of {total}; the question without those words"
+    );
+    let rest = format!("{}{}", &question[..found.start], &question[found.end..]);
+    let rest = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+    let rest = rest
+        .replace(" ?", "?")
+        .replace(" .", ".")
+        .replace(" ,", ",")
+        .replace(" !", "!");
+    Ok(Placed {
+        plans: kept,
+        question: rest,
+        note: Some(note),
+    })
+}
