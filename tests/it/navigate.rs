@@ -21,7 +21,7 @@ fn a_debate_question_is_answered_from_the_speakers_turns() {
             finish: 3 citation(s), confidence 0.96, ready true
             | iteration 1: grep over summary/detailed/full picked groups: working set 44 → 4
             | iteration 2: grep within the groups picked chunks: working set 16 → 6
-            | read 10 chunk(s), 20 candidate sentence(s); cited the best 3 of 176 ranked turn(s)
+            | read 10 chunk(s), 18 candidate sentence(s); cited the best 3 of 176 ranked turn(s)
             | cited first: turn ranked 1 (named_speaker 1.000, neighbour 3.832, retrieval 0.960, score 4.792); its best sentence, terms fare, propos, chen
             | cited also: turn ranked 2 (named_speaker 1.000, neighbour 4.594, retrieval 0.914, score 5.508); its best sentence, terms fare, propos, chen
             | cited also: turn ranked 3 (named_speaker 1.000, neighbour 2.142, retrieval 0.648, score 2.790); its best sentence, terms fare, chen
@@ -459,6 +459,36 @@ fn minutes_in_the_third_person_answer_for_the_one_they_name() {
     }
     let r = ask(&e, "What did Moreau propose for the pilot budget?");
     assert!(!r.ready, "confidence {}: {r:?}", r.confidence);
+}
+
+/// A greeting that names whom the question asks about ("Hey Caroline!" opening the turn
+/// that asks her) holds no word of what the question asks: it is never cited. The reply
+/// in other words is, even when no sentence read holds a question word but her name.
+#[test]
+fn a_greeting_naming_who_is_asked_about_is_no_citation() {
+    let reply = "My own journey and the support I got made a huge difference, so I want to \
+                 help others the same way.";
+    let turns: Vec<(&str, &str)> = vec![
+        (
+            "Melanie",
+            "Hey Caroline! What motivated you to pursue counseling?",
+        ),
+        ("Caroline", reply),
+        (
+            "Melanie",
+            "The kids painted the fence green over the weekend.",
+        ),
+        (
+            "Caroline",
+            "The adoption agency called about the interview.",
+        ),
+    ];
+    let e = conversation(&turns, 2);
+    let r = ask(&e, "What motivated Caroline to pursue counseling?");
+    let quotes: Vec<&str> = r.citations.iter().map(|c| c.quote.as_str()).collect();
+    assert!(!quotes.contains(&"Hey Caroline!"), "{r:?}");
+    assert_eq!(quotes.first(), Some(&reply), "{r:?}");
+    assert!(r.ready, "confidence {}: {r:?}", r.confidence);
 }
 
 /// A reply answers the question before it in other words ("Did you go to the adoption

@@ -362,6 +362,40 @@ fn a_question_naming_when_reads_what_was_said_then() {
     );
 }
 
+/// A question that asks when is answered from the cited turn that says a date, also when
+/// it is not cited first (the turn that says why comes first).
+#[test]
+fn a_when_question_is_answered_from_the_citation_that_says_a_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.jsonl",
+        r#"{"round": 1, "speaker": "melanie", "text": "Hey Caroline! What motivated you to pursue counseling?", "time": "2023-05-08T13:56:00Z"}
+{"round": 1, "speaker": "caroline", "text": "My own journey and the support I got made a huge difference, so I want to help others the same way.", "time": "2023-05-08T14:00:00Z"}
+{"round": 2, "speaker": "melanie", "text": "That is lovely. Do you remember when you decided on it?", "time": "2023-06-01T10:00:00Z"}
+{"round": 2, "speaker": "caroline", "text": "Last summer, after the pride parade, I knew.", "time": "2023-06-01T10:05:00Z"}
+"#,
+    );
+    let db = dir.path().join("db");
+    let (code, out, err) = strata_cli(
+        &db,
+        &["ingest", "--scope", "d", &file.display().to_string()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let v = ask(&db, &[], "When did Caroline decide to pursue counseling?");
+    let q = quotes(&v);
+    assert!(q.iter().any(|q| q.starts_with("Last summer")), "{v:#}");
+    // Said on 1 June 2023 (meteorological summer): last summer is 2022's.
+    assert_eq!(v["when"], "2022-06-01/2022-08-31", "{v:#}");
+    assert!(
+        v["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 June 2022 \u{2013} 31 August 2022"),
+        "{v:#}"
+    );
+}
+
 #[test]
 fn a_bad_time_is_one_line_naming_the_line_and_nothing_is_stored() {
     let dir = tempfile::tempdir().unwrap();

@@ -46,8 +46,9 @@ fn during(plans: Vec<Plan>, range: &TimeRange) -> Result<Vec<Plan>> {
 }
 
 /// A question that asks when ([`crate::text::time::asks_when`]) gets a date when what it
-/// cites has a time: the first timed citation's date expression ("last Friday", "two
-/// weeks ago", "in March") resolved against its source's time, else that time's date. The
+/// cites has a time: the date expression ("last Friday", "two weeks ago", "in March") of
+/// the first timed citation that says one, resolved against its source's time, else the
+/// first timed citation's date. The
 /// date goes first in the answer, on a line of its own (`5 May 2023 (2023-05-05)`), and in
 /// [`QueryResult::when`]; the history says how it was found. Every part of it is source
 /// data — the source's time and the cited words — so the answer stays cited: the date
@@ -59,7 +60,13 @@ fn answer_when(question: &str, r: &mut QueryResult) {
     if !asks_when(question) {
         return;
     }
-    let Some((c, t)) = r.citations.iter().find_map(|c| c.time.map(|t| (c, t))) else {
+    // The first timed citation that says a date ("Last summer, after the parade, I knew."
+    // cited after the turn that says why), else the first timed one, by its own time.
+    let timed = || r.citations.iter().filter_map(|c| c.time.map(|t| (c, t)));
+    let Some((c, t)) = timed()
+        .find(|(c, t)| find(&c.quote, t.date()).is_some())
+        .or_else(|| timed().next())
+    else {
         return;
     };
     let anchor = t.date();

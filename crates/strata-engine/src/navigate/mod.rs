@@ -57,12 +57,12 @@ pub struct Step {
 #[derive(Clone, Debug, Serialize)]
 pub struct QueryResult {
     /// The cited quotes, joined. A question that asks when ("When did…?", "what year…")
-    /// whose first timed citation resolves to a date gets that date first, on a line of
-    /// its own (see [`QueryResult::when`]).
+    /// whose timed citations give a date gets that date first, on a line of its own (see
+    /// [`QueryResult::when`]).
     pub answer: String,
-    /// The date a question that asks when is answered with: the first timed citation's
-    /// relative expression ("last Friday", "two days ago", "in March") resolved against
-    /// its source's time, else that time's date. ISO 8601: `2023-05-05`, `2023-04`,
+    /// The date a question that asks when is answered with: the date expression ("last
+    /// Friday", "two days ago", "in March") of the first timed citation that says one,
+    /// resolved against its source's time, else the first timed citation's date. ISO 8601: `2023-05-05`, `2023-04`,
     /// `2022`, or an interval `2023-05-06/2023-05-07`. Source data, never a guess: `None`
     /// when the question does not ask when or nothing it cites has a time.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -633,15 +633,6 @@ fn answer(
             .cloned()
             .collect()
     };
-    let Some(best) = cands.first() else {
-        ex.history.push(format!(
-            "read {} chunk(s): no sentence shares a word with the question",
-            chunks.len()
-        ));
-        return Ok(None);
-    };
-    let best_terms = terms_of(best);
-    let (best_own, best_score) = (best.own, best.score);
     // A question with one answer about a conversation's turns: the best turns, as the
     // conversation ranks them, each by its best sentence (or an excerpt, when none holds a
     // question word: a reply), unless the question asks for the first or last of something
@@ -756,6 +747,15 @@ fn answer(
         }
         return Ok(Some(sel));
     }
+    let Some(best) = cands.first() else {
+        ex.history.push(format!(
+            "read {} chunk(s): no sentence shares a word with the question",
+            chunks.len()
+        ));
+        return Ok(None);
+    };
+    let best_terms = terms_of(best);
+    let (best_own, best_score) = (best.own, best.score);
     let parallel = |c: &Cand| c.own >= 0.7 * best_own && terms_of(c).is_superset(&best_terms);
     // "Who first …" / "… last …": of the parallel candidates, the earliest (latest) round
     // is the answer.

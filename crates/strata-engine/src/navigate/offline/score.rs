@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// sentences (so a long sentence does not win by sheer length), plus credit for question
 /// terms that name the chunk's speaker, round or document. A sentence sharing no word with
 /// the question is no candidate, unless the question's only words name who speaks and the
-/// sentence is theirs.
+/// sentence is theirs; nor is one whose only question words name whom the question asks
+/// about (a greeting naming them), unless those are the question's only words.
 pub(super) fn candidates(
     ex: &Explorer<'_>,
     chunks: &[Node],
@@ -51,6 +52,11 @@ pub(super) fn candidates(
             }
             let theirs = only_who && !ctx.is_empty();
             if tf.is_empty() && !theirs {
+                continue;
+            }
+            // A sentence holding no question word but the name of whom the question asks
+            // about ("Hey Caroline!" in another's turn) says nothing of what it asks.
+            if !only_who && tf.keys().all(|t| cues.subjects.contains(t)) {
                 continue;
             }
             cands.push(Cand {
