@@ -362,6 +362,57 @@ fn a_question_naming_when_reads_what_was_said_then() {
     );
 }
 
+/// A window of a time range quotes no sentence twice (its overview picked from the very
+/// round shown below it); a question placed in time with nothing else to search for gets
+/// the unfocused window of what was said then; a question nothing in the scope holds gets
+/// the unfocused window, not an empty one.
+#[test]
+fn windows_of_a_time_range_say_each_sentence_once_and_a_bare_time_gets_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = timed_store(dir.path());
+    let window = |args: &[&str]| {
+        let mut a = vec!["--json", "context", "--scope", "d", "--budget", "300"];
+        a.extend_from_slice(args);
+        let (code, out, err) = strata_cli(&db, &a);
+        assert_eq!(code, 0, "{err}");
+        json_of(&out)
+    };
+    let w = window(&[
+        "--level",
+        "auto",
+        "--since",
+        "2023-06-01",
+        "--until",
+        "2023-06-30",
+    ]);
+    let text = w["text"].as_str().unwrap();
+    assert_eq!(
+        text.matches("The adoption agency called me").count(),
+        1,
+        "{text}"
+    );
+
+    let w = window(&["--for", "What happened in June?"]);
+    let text = w["text"].as_str().unwrap();
+    assert!(
+        text.contains("adoption agency") && text.contains("camping trip"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("sunrise") && !text.contains("pottery"),
+        "{text}"
+    );
+    assert!(
+        w["placed"].as_str().unwrap().contains("2023-06-01"),
+        "{w:#}"
+    );
+
+    let w = window(&["--for", "What about the zebras?"]);
+    assert_eq!(w["level"], "auto", "{w:#}");
+    assert!(w["tokens"].as_u64().unwrap() > 0, "{w:#}");
+    assert_eq!(w["for"], "What about the zebras?", "{w:#}");
+}
+
 /// A question that asks when is answered from the cited turn that says a date, also when
 /// it is not cited first (the turn that says why comes first).
 #[test]

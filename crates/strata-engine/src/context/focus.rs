@@ -34,7 +34,8 @@ const OVERVIEW_SHARE: f64 = 0.1;
 const OVERVIEW_MIN_BUDGET: usize = 800;
 
 /// The window for `question` over `plan`'s scope, or `None` when the question has no
-/// searchable words (the caller serves the unfocused window instead). `given` is the time
+/// searchable words or none of them is found (the caller serves the unfocused window
+/// instead; a question placed in time gets the unfocused window of what was said then). `given` is the time
 /// range `plan` was cut to, if any: without one, a question (not a turn about to be
 /// spoken: it ends with a question mark) that places itself in time ("What did Caroline
 /// do in June 2023?") is read as `query` reads it — what was said then, and what mentions
@@ -68,8 +69,20 @@ pub(crate) fn window(
     };
     let (plan, question) = (&*plan, question.as_str());
     let q = corpus.question(question);
+    // Nothing to search for, or nothing found: the caller serves the unfocused window; a
+    // question placed in time ("What happened last week?") gets the unfocused window of
+    // what was said then.
+    let unfocused = |placed: Option<String>| -> Result<Option<ContextWindow>> {
+        let Some(placed) = placed else {
+            return Ok(None);
+        };
+        let mut w = super::window(corpus, plan, super::LevelChoice::Auto, budget, now)?;
+        w.focus = Some(asked.to_string());
+        w.placed = Some(placed);
+        Ok(Some(w))
+    };
     if q.terms().is_empty() {
-        return Ok(None);
+        return unfocused(placed);
     }
     let trees = Trees::new(vec![plan.clone()]);
     let mut dense = corpus.dense();
@@ -111,6 +124,9 @@ pub(crate) fn window(
         texts.insert((0, ci), t.clone());
         Ok(t)
     };
+    if scored.is_empty() {
+        return unfocused(placed);
+    }
     let turns = &scored;
     let considered = turns.len();
     // Two passes: first the distinct pieces of evidence (hits, and replies to questions

@@ -575,6 +575,13 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
             limits.insert(0, first_limit.max(had) + (budget - p.used));
             limits.dedup();
         }
+        let repeats = p.items[OVERVIEW].as_ref().is_some_and(|o| {
+            o.body.lines().all(|l| {
+                let said = l.split_once(": ").map_or(l, |(_, s)| s).trim();
+                said.is_empty() || shown.iter().flatten().any(|b| b.contains(said))
+            })
+        });
+        let mut chosen = false;
         for limit in limits {
             let Some(trimmed) = summary_of_whole(corpus, plan, &abs, limit, now, &shown)? else {
                 continue;
@@ -587,7 +594,15 @@ fn auto(corpus: &Corpus<'_>, plan: &Plan, budget: usize, now: u64) -> Result<(Ve
                 p.used = p.used - had + c;
                 p.items[OVERVIEW] = Some(trimmed);
             }
+            chosen = true;
             break;
+        }
+        // No overview without what the rounds show could be chosen, and every line of the
+        // one there is shown below (a window of a few rounds, a time range): it would only
+        // repeat them.
+        if quoted_again && !chosen && repeats {
+            p.items[OVERVIEW] = None;
+            p.used -= had;
         }
     }
     let omitted = p.items.iter().skip(1).filter(|i| i.is_none()).count();
