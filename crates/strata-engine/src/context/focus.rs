@@ -35,11 +35,11 @@ const OVERVIEW_MIN_BUDGET: usize = 800;
 
 /// The window for `question` over `plan`'s scope, or `None` when the question has no
 /// searchable words or none of them is found (the caller serves the unfocused window
-/// instead; a question placed in time gets the unfocused window of what was said then). `given` is the time
-/// range `plan` was cut to, if any: without one, a question (not a turn about to be
-/// spoken: it ends with a question mark) that places itself in time ("What did Caroline
-/// do in June 2023?") is read as `query` reads it — what was said then, and what mentions
-/// then (`corpus::placed`).
+/// instead; a question placed in time gets the unfocused window of what was said then).
+/// `given` is the time range `plan` was cut to, if any: without one, a question (not a
+/// turn about to be spoken: it ends with a question mark) that places itself in time
+/// ("What did Caroline do in June 2023?") is read as `query` reads it — what was said
+/// then, and what mentions then (`corpus::placed`).
 pub(crate) fn window(
     corpus: &Corpus<'_>,
     plan: &Plan,
