@@ -49,6 +49,15 @@ fn ask(db: &Path, extra: &[&str], question: &str) -> Value {
     json_of(&out)
 }
 
+/// `strata --json context --scope d --budget BUDGET ARGS…`, as JSON.
+fn window_json(db: &Path, budget: &str, args: &[&str]) -> Value {
+    let mut a = vec!["--json", "context", "--scope", "d", "--budget", budget];
+    a.extend_from_slice(args);
+    let (code, out, err) = strata_cli(db, &a);
+    assert_eq!(code, 0, "{err}");
+    json_of(&out)
+}
+
 fn quotes(v: &Value) -> Vec<&str> {
     v["citations"]
         .as_array()
@@ -315,16 +324,7 @@ fn a_question_naming_when_reads_what_was_said_then() {
 
     // A question-focused window reads a placed question the same way; a turn about to be
     // spoken (no question mark) is read against the whole scope.
-    let window_for = |text: &str| {
-        let (code, out, err) = strata_cli(
-            &db,
-            &[
-                "--json", "context", "--scope", "d", "--for", text, "--budget", "400",
-            ],
-        );
-        assert_eq!(code, 0, "{err}");
-        json_of(&out)
-    };
+    let window_for = |text: &str| window_json(&db, "400", &["--for", text]);
     let w = window_for("What did Melanie do with the kids in July?");
     assert!(w["text"].as_str().unwrap().contains("pottery"), "{w:#}");
     assert!(!w["text"].as_str().unwrap().contains("sunrise"), "{w:#}");
@@ -370,13 +370,7 @@ fn a_question_naming_when_reads_what_was_said_then() {
 fn windows_of_a_time_range_say_each_sentence_once_and_a_bare_time_gets_its_window() {
     let dir = tempfile::tempdir().unwrap();
     let db = timed_store(dir.path());
-    let window = |args: &[&str]| {
-        let mut a = vec!["--json", "context", "--scope", "d", "--budget", "300"];
-        a.extend_from_slice(args);
-        let (code, out, err) = strata_cli(&db, &a);
-        assert_eq!(code, 0, "{err}");
-        json_of(&out)
-    };
+    let window = |args: &[&str]| window_json(&db, "300", args);
     let w = window(&[
         "--level",
         "auto",

@@ -50,22 +50,15 @@ pub(crate) fn window(
 ) -> Result<Option<ContextWindow>> {
     super::check_budget(budget)?;
     let asked = question;
-    let timed = || plan.sources.iter().any(|s| s.time.is_some());
-    let placed = match text::salience::is_question(question) && given.is_all() && timed() {
-        true => Some(placed(corpus, question, vec![plan.clone()], given)?),
-        false => None,
+    let Placed { cut, note: placed } = match text::salience::is_question(question) {
+        true => placed(corpus, question, std::slice::from_ref(plan), given)?,
+        false => Placed::default(),
     };
-    let (plan, question, placed) = match placed {
-        Some(Placed {
-            mut plans,
-            question,
-            note: Some(note),
-        }) if plans.len() == 1 => (
-            std::borrow::Cow::Owned(plans.remove(0)),
-            question,
-            Some(note),
-        ),
-        _ => (std::borrow::Cow::Borrowed(plan), question.to_string(), None),
+    let (plan, question) = match cut {
+        Some((mut plans, question)) if plans.len() == 1 => {
+            (std::borrow::Cow::Owned(plans.remove(0)), question)
+        }
+        _ => (std::borrow::Cow::Borrowed(plan), question.to_string()),
     };
     let (plan, question) = (&*plan, question.as_str());
     let q = corpus.question(question);

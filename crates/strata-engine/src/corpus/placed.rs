@@ -9,13 +9,15 @@ use crate::time::TimeRange;
 use std::collections::HashSet;
 
 /// What a question's own date leaves to read: [`placed`].
+#[derive(Default)]
 pub(crate) struct Placed {
-    pub(crate) plans: Vec<Plan>,
-    /// The question the offline navigator reads: without its date expression when that
-    /// expression restricted the reading (a time is no word a turn holds, and a month's
-    /// capital is no name a set answer must hold).
-    pub(crate) question: String,
-    /// What the history says of it.
+    /// The plans cut to what was said then and what mentions then, and the question
+    /// without its date expression (a time is no word a turn holds, and a month's capital
+    /// is no name a set answer must hold); `None`: everything is read, the question as
+    /// asked.
+    pub(crate) cut: Option<(Vec<Plan>, String)>,
+    /// What the history says of it; `None` when the question places itself nowhere (or
+    /// cannot be placed: no time given anywhere, or a range given outright).
     pub(crate) note: Option<String>,
 }
 
@@ -26,33 +28,28 @@ pub(crate) struct Placed {
 /// then (a July turn's "last month" for June: [`crate::text::time::mentions`], resolved
 /// against that turn's own time), when no range was given and the scopes hold something
 /// said then. A date after an article names a thing ("the May 7 deadline") and restricts
-/// nothing; scopes without times, or with nothing said then, are read whole. The history
+/// nothing; scopes without times, or with nothing said then, are read whole. The note
 /// says which.
 pub(crate) fn placed(
     corpus: &Corpus<'_>,
     question: &str,
-    plans: Vec<Plan>,
+    plans: &[Plan],
     given: &TimeRange,
 ) -> Result<Placed> {
     use crate::text::time::{Bound, mentions, placed};
     use crate::time::{Time, TimeSpan};
-    let whole = |plans, note| Placed {
-        plans,
-        question: question.to_string(),
-        note,
-    };
     let latest = plans
         .iter()
         .flat_map(|p| p.sources.iter().filter_map(|s| s.time))
         .max();
     let (Some(latest), true) = (latest, given.is_all()) else {
-        return Ok(whole(plans, None));
+        return Ok(Placed::default());
     };
     let Some((found, bound)) = placed(question, latest.date()) else {
-        return Ok(whole(plans, None));
+        return Ok(Placed::default());
     };
     let Some((first, last)) = found.when.days() else {
-        return Ok(whole(plans, None));
+        return Ok(Placed::default());
     };
     let range = TimeRange {
         since: (bound != Bound::Until).then(|| Time::from_date(first)),
@@ -63,23 +60,30 @@ pub(crate) fn placed(
         "the question places itself in time ({said:?}: {}, read against {latest}, the latest time said)",
         found.when.iso()
     );
-    if !plans.iter().any(|p| p.during(&range).is_some()) {
-        let note = format!(
-            "{placed_note}: nothing was said {range}, so everything is read, the question as asked"
-        );
-        return Ok(whole(plans, Some(note)));
+    let said_then =
+        |p: &Plan, c: &crate::plan::PlannedChunk| range.contains(p.sources[c.source].time.as_ref());
+    let then: usize = plans
+        .iter()
+        .map(|p| p.chunks.iter().filter(|c| said_then(p, c)).count())
+        .sum();
+    if then == 0 {
+        return Ok(Placed {
+            cut: None,
+            note: Some(format!(
+                "{placed_note}: nothing was said {range}, so everything is read, the question as asked"
+            )),
+        });
     }
-    let (mut then, mut mentioning, mut total) = (0, 0, 0);
+    let (mut mentioning, mut total) = (0, 0);
     let mut kept = Vec::new();
-    for p in &plans {
+    for p in plans {
         total += p.chunks.len();
-        let time_of = |c: &crate::plan::PlannedChunk| p.sources[c.source].time;
         // Chunks said at another time: do they mention a date in the range?
         let others: Vec<(NodeId, Time)> = p
             .chunks
             .iter()
-            .filter_map(|c| time_of(c).map(|t| (c.full, t)))
-            .filter(|(_, t)| !range.contains(Some(t)))
+            .filter(|c| !said_then(p, c))
+            .filter_map(|c| p.sources[c.source].time.map(|t| (c.full, t)))
             .collect();
         let ids: Vec<NodeId> = others.iter().map(|(id, _)| *id).collect();
         let mut mention: HashSet<NodeId> = HashSet::new();
@@ -98,20 +102,9 @@ pub(crate) fn placed(
                 mention.insert(*id);
             }
         }
-        let keep = |c: &crate::plan::PlannedChunk| {
-            range.contains(time_of(c).as_ref()) || mention.contains(&c.full)
-        };
-        then += p
-            .chunks
-            .iter()
-            .filter(|c| range.contains(time_of(c).as_ref()))
-            .count();
         mentioning += mention.len();
-        kept.extend(p.keeping(keep));
+        kept.extend(p.keeping(|c| said_then(p, c) || mention.contains(&c.full)));
     }
-    let note = format!(
-        "{placed_note}: only what was said {range} is read ({then} chunks), and what was said at other times that mentions a date then ({mentioning}), of {total}; the question without those words"
-    );
     let rest = format!("{}{}", &question[..found.start], &question[found.end..]);
     let rest = rest.split_whitespace().collect::<Vec<_>>().join(" ");
     let rest = rest
@@ -120,8 +113,9 @@ pub(crate) fn placed(
         .replace(" ,", ",")
         .replace(" !", "!");
     Ok(Placed {
-        plans: kept,
-        question: rest,
-        note: Some(note),
+        cut: Some((kept, rest)),
+        note: Some(format!(
+            "{placed_note}: only what was said {range} is read ({then} chunks), and what was said at other times that mentions a date then ({mentioning}), of {total}; the question without those words"
+        )),
     })
 }

@@ -48,9 +48,9 @@ fn during(plans: Vec<Plan>, range: &TimeRange) -> Result<Vec<Plan>> {
 /// A question that asks when ([`crate::text::time::asks_when`]) gets a date when what it
 /// cites has a time: the date expression ("last Friday", "two weeks ago", "in March") of
 /// the first timed citation that says one, resolved against its source's time, else the
-/// first timed citation's date. The
-/// date goes first in the answer, on a line of its own (`5 May 2023 (2023-05-05)`), and in
-/// [`QueryResult::when`]; the history says how it was found. Every part of it is source
+/// first timed citation's date. The date goes first in the answer, on a line of its own
+/// (`5 May 2023 (2023-05-05)`), and in [`QueryResult::when`]; the history says how it was
+/// found. Every part of it is source
 /// data — the source's time and the cited words — so the answer stays cited: the date
 /// line is the citation's `time`, read through the quote's own words.
 ///
@@ -179,11 +179,9 @@ impl Engine {
             }
             let plans = during(plans, &qcfg.during)?;
             let corpus = self.corpus();
-            let Placed {
-                plans,
-                question: asked,
-                note,
-            } = off_executor(|| placed(&corpus, question, plans, &qcfg.during))?;
+            let Placed { cut, note } =
+                off_executor(|| placed(&corpus, question, &plans, &qcfg.during))?;
+            let (plans, asked) = cut.unwrap_or_else(|| (plans, question.to_string()));
             // Appends leave their chunks pending; a query searches everything stored.
             off_executor(|| self.sync_index())?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);

@@ -62,8 +62,8 @@ pub struct QueryResult {
     pub answer: String,
     /// The date a question that asks when is answered with: the date expression ("last
     /// Friday", "two days ago", "in March") of the first timed citation that says one,
-    /// resolved against its source's time, else the first timed citation's date. ISO 8601: `2023-05-05`, `2023-04`,
-    /// `2022`, or an interval `2023-05-06/2023-05-07`. Source data, never a guess: `None`
+    /// resolved against its source's time, else the first timed citation's date. ISO
+    /// 8601: `2023-05-05`, `2023-04`, `2022`, or an interval `2023-05-06/2023-05-07`. Source data, never a guess: `None`
     /// when the question does not ask when or nothing it cites has a time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,

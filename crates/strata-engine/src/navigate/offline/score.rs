@@ -50,13 +50,12 @@ pub(super) fn candidates(
                     *tf.entry(t.clone()).or_insert(0) += 1;
                 }
             }
+            // A sentence holding no question word but the names of whom the question asks
+            // about ("Hey Caroline!" in another's turn) says nothing of what it asks —
+            // unless the question asks nothing else and the sentence is theirs.
+            let names_only = tf.keys().all(|t| cues.subjects.contains(t));
             let theirs = only_who && !ctx.is_empty();
-            if tf.is_empty() && !theirs {
-                continue;
-            }
-            // A sentence holding no question word but the name of whom the question asks
-            // about ("Hey Caroline!" in another's turn) says nothing of what it asks.
-            if !only_who && tf.keys().all(|t| cues.subjects.contains(t)) {
+            if names_only && !theirs {
                 continue;
             }
             cands.push(Cand {
