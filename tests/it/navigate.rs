@@ -540,6 +540,59 @@ fn a_reply_answering_in_other_words_covers_the_question_it_answers() {
 }
 
 /// An engine holding `turns` (speaker, text) as the debate "chat", `per_round` turns a round.
+/// A set question's subject written as a phrase ("the stadium roof") keeps its members to
+/// the turns about it: turns that share only its verb ("oppose", said of other things) are
+/// no members, though the turns about the roof object in other words ("argues against").
+/// Before, the contrast between the chunks read (the roof in most of them, "oppose" in a
+/// few) cited only the turns about something else.
+#[test]
+fn a_set_questions_phrase_keeps_its_members_to_the_turns_about_it() {
+    let against = [
+        "Dubois argues against the stadium roof, which has no maintenance line.",
+        "Okonkwo argues against the stadium roof, which was never put to consultation.",
+    ];
+    let about = [
+        "Members approve the stadium roof by 5 votes to 1.",
+        "Sato will report back on the stadium roof before 8 May.",
+        "Ferreira puts forward a stadium roof of 78,000 euros.",
+        "On a show of hands the stadium roof carries, 4 for and 2 against.",
+    ];
+    let elsewhere = [
+        "Many a good citizen votes the opposite of what his party asks.",
+        "I will strongly oppose any plan that undermines the harbour schools.",
+        "The ferry owners opposed the new timetable from the start.",
+    ];
+    let filler = [
+        "The agenda for the spring session was circulated last week.",
+        "Thank you, the minutes of the last meeting are approved.",
+        "We move to the next item on the agenda.",
+    ];
+    let speakers = ["Dubois", "Okonkwo", "Sato", "Ferreira", "Halvorsen"];
+    let mut turns: Vec<(&str, &str)> = Vec::new();
+    for (i, t) in against
+        .iter()
+        .chain(&about)
+        .chain(&elsewhere)
+        .chain(&filler)
+        .chain(&filler)
+        .enumerate()
+    {
+        turns.push((speakers[i % speakers.len()], t));
+    }
+    // Interleaved, so that no round is about one thing only.
+    turns.sort_by_key(|(_, t)| t.len() % 7);
+    let e = conversation(&turns, 3);
+    let r = ask(&e, "Who opposed the stadium roof?");
+    let cited: Vec<&str> = r.citations.iter().map(|c| c.quote.as_str()).collect();
+    assert!(
+        cited.iter().all(|q| q.contains("stadium roof")),
+        "cited a turn about something else: {cited:?}"
+    );
+    for a in against {
+        assert!(cited.contains(&a), "{a:?} not cited: {cited:?}");
+    }
+}
+
 fn conversation(turns: &[(&str, &str)], per_round: usize) -> strata::Engine {
     use crate::support::{T0, write};
     let e = strata::Engine::in_memory(strata::Config::default()).unwrap();

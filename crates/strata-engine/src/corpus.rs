@@ -184,6 +184,14 @@ impl<'a> Corpus<'a> {
         self.index.analyze_all(text)
     }
 
+    /// The pairs of terms that stand side by side in `text` (`Index::adjacent_pairs`).
+    pub(crate) fn adjacent_pairs(
+        &self,
+        text: &str,
+    ) -> std::collections::BTreeSet<(String, String)> {
+        self.index.adjacent_pairs(text)
+    }
+
     /// Inverse document frequency of an analysed term.
     pub(crate) fn idf(&self, term: &str) -> f64 {
         self.index.idf(term)

@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::level::Level;
 use crate::node::{Node, NodeId};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tantivy::collector::TopDocs;
@@ -588,6 +588,38 @@ impl Index {
             terms: self.analyze(text),
             names: self.name_terms(text),
         }
+    }
+
+    /// The pairs of terms of `text` that stand side by side in it, as the index sees them:
+    /// no stop word and no punctuation but a hyphen between them ("stadium roof" in "the
+    /// stadium roof is late", "start time" in "start-time"; not "arts, culture").
+    pub(crate) fn adjacent_pairs(&self, text: &str) -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        let Ok(mut analyzer) = self.index.tokenizer_for_field(self.f.text) else {
+            return out;
+        };
+        let mut stream = analyzer.token_stream(text);
+        // (term, position, where it ends in `text`)
+        let mut last: Option<(String, usize, usize)> = None;
+        while stream.advance() {
+            let t = stream.token();
+            // Stop words are judged on the surface form, as in `analyze`.
+            let surface = text.get(t.offset_from..t.offset_to).unwrap_or_default();
+            if crate::text::content_words(surface).next().is_none() {
+                last = None;
+                continue;
+            }
+            if let Some((w, at, end)) = last.take()
+                && t.position == at + 1
+                && text
+                    .get(end..t.offset_from)
+                    .is_some_and(|gap| gap.chars().all(|c| c.is_whitespace() || c == '-'))
+            {
+                out.insert((w, t.text.clone()));
+            }
+            last = Some((t.text.clone(), t.position, t.offset_to));
+        }
+        out
     }
 
     /// Every term of `text` as the index sees it, in order, repeats kept (for term

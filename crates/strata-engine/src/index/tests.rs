@@ -149,3 +149,23 @@ fn a_full_chunks_sentences_are_analysed_once_and_bounded() {
     assert!(cache.bytes <= SENTENCE_CACHE_BYTES, "{}", cache.bytes);
     assert!(cache.entries.len() < 200);
 }
+
+#[test]
+fn adjacent_pairs_are_content_words_side_by_side_with_no_stop_word_or_comma_between() {
+    let ix = Index::in_memory().unwrap();
+    let pairs = |t: &str| -> Vec<(String, String)> { ix.adjacent_pairs(t).into_iter().collect() };
+    let p = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        pairs("Who opposed the stadium roof?"),
+        vec![p("stadium", "roof")]
+    );
+    // A hyphen joins; a comma or a stop word does not.
+    assert_eq!(
+        pairs("the new start-time schedule"),
+        vec![p("new", "start"), p("start", "time"), p("time", "schedul")]
+    );
+    assert_eq!(
+        pairs("arts, culture and tourism industry"),
+        vec![p("tourism", "industri")]
+    );
+}

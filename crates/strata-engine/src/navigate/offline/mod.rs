@@ -367,6 +367,7 @@ fn gather_set(
     let mut cands = candidates(ex, &chunks, &idf, &chunk_rank, cues);
     with_replies(ex, &mut cands, &chunks, &replies, &idf, cues);
     anchored(&mut cands, question.names());
+    phrase_anchored(ex, &mut cands, question, &chunks, &replies, &idf);
     contrast(&mut cands, &idf);
     // One candidate per chunk: its best eligible sentence (or pair).
     let mut best_of: BTreeMap<NodeId, usize> = BTreeMap::new();
@@ -438,6 +439,62 @@ fn anchored(cands: &mut [Cand], names: &std::collections::HashSet<String>) {
     }
     for c in cands.iter_mut() {
         if !members.contains(&c.node) {
+            c.own = 0.0;
+        }
+    }
+}
+
+/// Keeps to the set's anchor when it is a phrase. Two words of the question that stand side
+/// by side in it and somewhere in the chunks read ("Who opposed the *stadium roof*?") name
+/// what it asks about, as a name does; a chunk refers to the phrase when it holds its more
+/// specific word (the higher idf: "tourism" of "tourism industry"), anywhere — a reply
+/// through the turn it answers too. When some chunk with evidence refers to one, a candidate
+/// in a chunk that refers to none and holds a single word of the question ("oppose", said of
+/// something else) is no member: before the contrast, which would otherwise take that word,
+/// held by few chunks, for what tells the members apart, and drop every turn about the roof
+/// that objects in other words ("argues against"). A candidate holding two or more of the
+/// question's words keeps its evidence ("I want to offer an amendment" for "Which amendments
+/// were offered to the schedule?"). No list: the phrases come from the question and the text.
+fn phrase_anchored(
+    ex: &Explorer<'_>,
+    cands: &mut [Cand],
+    question: &Question,
+    chunks: &[crate::node::Node],
+    replies: &std::collections::HashMap<NodeId, replies::ReplyTo>,
+    idf: &BTreeMap<String, f64>,
+) {
+    let asked = ex.corpus.adjacent_pairs(question.text());
+    if asked.is_empty() {
+        return;
+    }
+    let mut phrases: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut words: BTreeMap<NodeId, BTreeSet<String>> = BTreeMap::new();
+    for n in chunks {
+        let mut text = n.text.clone();
+        if let Some(r) = replies.get(&n.id) {
+            text.push('\n');
+            text.push_str(&r.opening);
+        }
+        let pairs = ex.corpus.adjacent_pairs(&text);
+        phrases.extend(pairs.into_iter().filter(|p| asked.contains(p)));
+        words.insert(n.id, ex.corpus.analyze(&text).into_iter().collect());
+    }
+    let weight = |t: &String| idf.get(t).copied().unwrap_or(0.0);
+    let specific: BTreeSet<&String> = phrases
+        .iter()
+        .map(|(a, b)| if weight(a) > weight(b) { a } else { b })
+        .collect();
+    let refers = |n: &NodeId| {
+        words
+            .get(n)
+            .is_some_and(|ws| specific.iter().any(|t| ws.contains(*t)))
+    };
+    if !cands.iter().any(|c| c.own > 0.0 && refers(&c.node)) {
+        return;
+    }
+    for c in cands.iter_mut() {
+        let held = c.tf.len() + c.ctx.iter().filter(|t| !c.tf.contains_key(*t)).count();
+        if held < 2 && !refers(&c.node) {
             c.own = 0.0;
         }
     }
