@@ -222,7 +222,13 @@ fn run_command(
 /// `strata embed-distill`: the static embedder's table, from a local model.
 #[cfg(feature = "local-embed")]
 fn embed_distill(from: &std::path::Path, out: &std::path::Path, json: bool) -> Result<()> {
+    // Progress on a terminal only, as the build's bars: in a log a carriage return
+    // joins every update into one line.
+    let tty = std::io::stderr().is_terminal();
     let d = strata::model::local::distill(from, out, &|done, total| {
+        if !tty {
+            return;
+        }
         eprint!("\rembed-distill: {done} / {total} tokens");
         if done == total {
             eprintln!();
