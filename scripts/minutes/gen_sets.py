@@ -12,24 +12,14 @@ evidence of a gain.
 
 Writes OUTDIR/debate.jsonl and OUTDIR/questions.json ([{question, gold: [line numbers]}]).
 """
-import glob, json, random, re, sys, os
+import json, os, random, sys
+
+import filler
 
 seed = int(sys.argv[1]); out = sys.argv[2]
-CACHE = os.environ.get("STRATA_CACHE", os.path.expanduser("~/.cache/strata"))
 rng = random.Random(seed)
 os.makedirs(out, exist_ok=True)
-
-def clean(t):
-    t = re.sub(r"\{[a-z]+\}", "", t)
-    t = re.sub(r"\s+([,.?!])", r"\1", t)
-    return re.sub(r"\s+", " ", t).strip()
-
-turns = []
-for f in sorted(glob.glob(f"{CACHE}/qmsum/*/train/*.json")):
-    for t in json.load(open(f))["meeting_transcripts"]:
-        c = clean(t["content"])
-        if len(c.split()) >= 4 and c[-1] in ".?!":
-            turns.append(c)
+turns = filler.meeting_turns(4, ended=True)
 
 S = ["Okafor", "Lindqvist", "Dubois", "Tanaka", "Mensah"]
 TOPICS = ["canal dredging", "stadium roof", "ferry timetable", "library extension", "cycle lane network",
