@@ -13,7 +13,7 @@
 
 use super::{ContextNode, ContextWindow};
 use crate::corpus::placed::{Placed, placed};
-use crate::corpus::turns::{EXCERPT_TOKENS, passes, turn_scores};
+use crate::corpus::turns::{passes, turn_scores};
 use crate::corpus::{Corpus, Search, Trees};
 use crate::error::Result;
 use crate::level::Level;
@@ -27,6 +27,15 @@ use std::collections::{BTreeMap, HashMap};
 /// The first pass (the turns that are evidence of their own, `turns::passes`) may use
 /// this share of the budget.
 const EVIDENCE_SHARE: f64 = 0.5;
+/// A turn longer than this many tokens is shown as an excerpt: the run of its sentences that
+/// bears most on the question ([`excerpt`]). Chosen on QMSum `val` (all 35 meetings; the
+/// `--for` windows at 500 / 1,000 / 2,000 tokens, `scripts/qmsum/qmsum_eval.py`): at 60 the
+/// windows held fewer of the gold turns' bytes than BM25's whole turns packed at 500 tokens
+/// (17.2 against 17.4 %); 80 is the shortest that holds more at every budget (18.7 / 28.1 /
+/// 42.0 % against 17.4 / 25.5 / 32.4 %) and keeps a gold turn whole for as many questions
+/// (81.9 / 92.4 / 97.5 %; 100 and 120 hold more bytes and fewer questions' turns: 90.3 and
+/// 89.0 % at 1,000; docs/EVAL.md). `query` cites excerpts of `turns::EXCERPT_TOKENS`.
+const EXCERPT_TOKENS: usize = 80;
 /// Turns ranked: at most this many hits are read.
 const MAX_HITS: usize = 400;
 /// The overview's share of the budget, and the budget below which there is none.

@@ -20,7 +20,8 @@ const SPREAD: f64 = 6.0;
 pub(crate) const EVIDENCE_FLOOR: f64 = 0.3;
 /// How much of the score of a question just before it a turn takes (its reply).
 const REPLY: f64 = 0.6;
-/// A turn longer than this many tokens is shown (or cited) as an excerpt.
+/// A turn longer than this many tokens is cited by `query` as an excerpt (a question-focused
+/// window has its own length: `context::focus`).
 pub(crate) const EXCERPT_TOKENS: usize = 60;
 
 /// A turn's evidence for a question, in the conversation: its own retrieval score (over
