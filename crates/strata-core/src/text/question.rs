@@ -8,7 +8,7 @@
 use unicode_segmentation::UnicodeSegmentation;
 
 /// The version of the question grammar below (the word lists and the rule).
-pub const VERSION: &str = "question-grammar-1";
+pub const VERSION: &str = "question-grammar-2";
 
 /// Words that make a question ask for a set of answers rather than one (quantifiers over
 /// the answers, or an imperative to list them).
@@ -40,11 +40,8 @@ const ORDINAL: &[&str] = &[
 /// decided here but by the scores of its candidates (`navigate::offline`): a "who"
 /// question with one clear answer gets one. "How many" asks for a figure the text states.
 pub fn asks_for_set(question: &str) -> bool {
-    let ws: Vec<String> = question
-        .unicode_words()
-        .map(|w| w.to_lowercase())
-        .filter(|w| !w.is_empty())
-        .collect();
+    let written: Vec<&str> = question.unicode_words().filter(|w| !w.is_empty()).collect();
+    let ws: Vec<String> = written.iter().map(|w| w.to_lowercase()).collect();
     let has = |w: &str| ws.iter().any(|x| x == w);
     let outright = ws.iter().enumerate().any(|(i, w)| {
         SET_WORDS.contains(&w.as_str()) && !(w == "all" && i > 0 && ws[i - 1] == "at")
@@ -56,18 +53,28 @@ pub fn asks_for_set(question: &str) -> bool {
         return false;
     }
     // A plural noun right after "which"/"what" ("which speakers", "what fare proposals"):
-    // a content word ending in a plural "s".
-    let plural = |w: &str| {
+    // a content word ending in a plural "s" — not a name written with a capital inside the
+    // question ("What did Bains say …", "… Williams …": who is asked about, not a set).
+    let name = |k: usize| {
+        let w = written[k];
+        k > 0
+            && w.chars().next().is_some_and(char::is_uppercase)
+            && w.chars().any(char::is_lowercase)
+    };
+    let plural = |k: usize| {
+        let w = ws[k].as_str();
         w.len() >= 4
             && w.ends_with('s')
             && !w.ends_with("ss")
             && !w.ends_with("us")
             && !w.ends_with("'s")
             && !super::is_stopword(w)
+            && !name(k)
     };
-    let plural_after_wh = ws.iter().enumerate().any(|(i, w)| {
-        (w == "which" || w == "what") && ws[i + 1..].iter().take(2).any(|x| plural(x))
-    });
+    let plural_after_wh = ws
+        .iter()
+        .enumerate()
+        .any(|(i, w)| (w == "which" || w == "what") && (i + 1..ws.len()).take(2).any(&plural));
     let who_over_time = has("who") && SPAN_WORDS.iter().any(|w| has(w));
     let who = ws.first().is_some_and(|w| w == "who");
     plural_after_wh || who_over_time || who
@@ -86,6 +93,7 @@ mod tests {
             "What deadlines did the members commit to?",
             "Which fare proposals did the members make?",
             "Who objected to the levy?",
+            "WHICH SPEAKERS OBJECTED TO THE LEVY?",
         ] {
             assert!(asks_for_set(q), "{q}");
         }
@@ -99,6 +107,8 @@ mod tests {
             "Did the council agree at all?",
             "How many daily riders did the 2027 study forecast?",
             "What was the status of the bus?",
+            "What did Bains say about business loans?",
+            "What did Williams propose for the levy?",
         ] {
             assert!(!asks_for_set(q), "{q}");
         }
