@@ -593,56 +593,6 @@ fn a_set_questions_phrase_keeps_its_members_to_the_turns_about_it() {
     }
 }
 
-/// A set answer is ready only when what it cites holds what the question asks beyond its
-/// topic: "Who opposed the stadium roof?" over turns about the roof none of which opposes it
-/// (the objections say "argues against", "is against") cites turns about the roof, which say
-/// only that they are about it; the words every turn read shares weigh little in its
-/// confidence, the one none holds most. With a turn that opposes it, the answer is ready.
-#[test]
-fn a_set_answer_citing_only_its_topic_is_not_ready() {
-    let about = [
-        "Dubois argues against the stadium roof, which has no maintenance line.",
-        "Okonkwo is against the stadium roof, as it was never put to consultation.",
-        "Members approve the stadium roof by 5 votes to 1.",
-        "Sato will report back on the stadium roof before 8 May.",
-        "Ferreira puts forward a stadium roof of 78,000 euros.",
-    ];
-    let elsewhere = [
-        "I will strongly oppose any plan that undermines the harbour schools.",
-        "The ferry owners opposed the new timetable from the start.",
-        "The agenda for the spring session was circulated last week.",
-        "Thank you, the minutes of the last meeting are approved.",
-        "We move to the next item on the agenda.",
-    ];
-    let speakers = ["Dubois", "Okonkwo", "Sato", "Ferreira", "Halvorsen"];
-    let turns_with = |extra: Option<&'static str>| {
-        let mut turns: Vec<(&str, &str)> = Vec::new();
-        for (i, t) in about
-            .iter()
-            .chain(&elsewhere)
-            .chain(extra.iter())
-            .enumerate()
-        {
-            turns.push((speakers[i % speakers.len()], *t));
-        }
-        turns.sort_by_key(|(_, t)| t.len() % 7);
-        turns
-    };
-    let q = "Who opposed the stadium roof?";
-    let r = ask(&conversation(&turns_with(None), 3), q);
-    assert!(
-        !r.ready,
-        "ready at {:.2} citing {:?}",
-        r.confidence,
-        r.citations.iter().map(|c| &c.quote).collect::<Vec<_>>()
-    );
-    let opposes = "Halvorsen opposes the stadium roof outright.";
-    let r = ask(&conversation(&turns_with(Some(opposes)), 3), q);
-    let cited: Vec<&str> = r.citations.iter().map(|c| c.quote.as_str()).collect();
-    assert!(cited.contains(&opposes), "{cited:?}");
-    assert!(r.ready, "not ready at {:.2} citing {cited:?}", r.confidence);
-}
-
 fn conversation(turns: &[(&str, &str)], per_round: usize) -> strata::Engine {
     use crate::support::{T0, write};
     let e = strata::Engine::in_memory(strata::Config::default()).unwrap();

@@ -151,10 +151,10 @@ pub(crate) fn select(ex: &mut Explorer<'_>, question: &str) -> Result<(Vec<Cited
         return Ok((strip(sel.cited), confidence));
     }
     if wants_set(ex, &question) {
-        let Some((sel, telling)) = answer_set(ex, &question, &cues)? else {
+        let Some(sel) = answer_set(ex, &question, &cues)? else {
             return Ok((Vec::new(), 0.0));
         };
-        let confidence = sel.confidence_in(&telling.weigh(&scoped));
+        let confidence = sel.confidence_in(&scoped);
         return Ok((strip(sel.cited), confidence));
     }
     let Some(mut sel) = answer(ex, &question, &cues, true)? else {
@@ -194,8 +194,6 @@ pub(crate) struct SetCandidates {
     /// Indices into `cands`, one per chunk, best own evidence first.
     order: Vec<usize>,
     idf: BTreeMap<String, f64>,
-    /// What each question term tells apart among the chunks read ([`contrast`]).
-    telling: Telling,
     /// Each read chunk's speaker, round or document (`node::context_label`).
     labels: BTreeMap<NodeId, String>,
     /// Chunks read.
@@ -370,7 +368,7 @@ fn gather_set(
     with_replies(ex, &mut cands, &chunks, &replies, &idf, cues);
     anchored(&mut cands, question.names());
     phrase_anchored(ex, &mut cands, question, &chunks, &replies, &idf);
-    let telling = contrast(&mut cands, &idf);
+    contrast(&mut cands, &idf);
     // One candidate per chunk: its best eligible sentence (or pair).
     let mut best_of: BTreeMap<NodeId, usize> = BTreeMap::new();
     for (i, c) in cands.iter().enumerate() {
@@ -399,7 +397,6 @@ fn gather_set(
         cands,
         order,
         idf,
-        telling,
         labels: chunks
             .iter()
             .map(|n| (n.id, crate::node::context_label(n)))
@@ -512,11 +509,7 @@ fn phrase_anchored(
 /// speaker/round label); a candidate's own evidence becomes the weight of the terms it
 /// covers over the weight of them all, and one that holds only terms most of them share
 /// gets none. Pseudo-relevance contrast, not a word list.
-///
-/// Returns what each question term tells among those chunks, `ln((N + 1) / df)` (a term
-/// none of them holds tells most): the factor by which the answer's confidence weighs it
-/// ([`Telling`]). Empty when fewer than two chunks compete.
-fn contrast(cands: &mut [Cand], idf: &BTreeMap<String, f64>) -> Telling {
+fn contrast(cands: &mut [Cand], idf: &BTreeMap<String, f64>) {
     // The pool: the chunks whose best candidate has [`SET_OFFER_SHARE`] of the best one's
     // evidence (retrieval reads more, for recall; what they hold is compared among these).
     let best = cands.iter().map(|c| c.own).fold(0.0, f64::max);
@@ -533,21 +526,17 @@ fn contrast(cands: &mut [Cand], idf: &BTreeMap<String, f64>) -> Telling {
     }
     let n = terms_of.len() as f64;
     if n < 2.0 {
-        return Telling::default();
+        return;
     }
-    let tells: BTreeMap<String, f64> = idf
-        .keys()
-        .map(|t| {
+    let weight: BTreeMap<&str, f64> = idf
+        .iter()
+        .map(|(t, w)| {
             let df = terms_of
                 .values()
                 .filter(|ts| ts.contains(t.as_str()))
                 .count() as f64;
-            (t.clone(), ((n + 1.0) / df.max(1.0)).ln())
+            (t.as_str(), w * ((n + 1.0) / df.max(1.0)).ln())
         })
-        .collect();
-    let weight: BTreeMap<&str, f64> = idf
-        .iter()
-        .map(|(t, w)| (t.as_str(), w * tells[t]))
         .collect();
     let total: f64 = weight.values().sum::<f64>().max(1e-12);
     // The terms that tell candidates apart: in at most half of the read chunks.
@@ -582,29 +571,6 @@ fn contrast(cands: &mut [Cand], idf: &BTreeMap<String, f64>) -> Telling {
         } else {
             0.0
         };
-    }
-    Telling(tells)
-}
-
-/// What each question term tells apart among the chunks a set question reads (see
-/// [`contrast`]). The offline answer's confidence weighs each term by it: the words every
-/// chunk read holds (the topic they were retrieved for) say only that the citations are
-/// about the topic, not that they are what was asked ("Who opposed the parking levy?"
-/// answered by every turn about the levy, none of which opposes it, is not an answer).
-#[derive(Default)]
-struct Telling(BTreeMap<String, f64>);
-
-impl Telling {
-    /// `weights` (the question's terms in the scope asked) times what each term tells;
-    /// unchanged when nothing was contrasted.
-    fn weigh(&self, weights: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-        if self.0.is_empty() {
-            return weights.clone();
-        }
-        weights
-            .iter()
-            .map(|(t, w)| (t.clone(), w * self.0.get(t).copied().unwrap_or(1.0)))
-            .collect()
     }
 }
 
@@ -675,7 +641,7 @@ fn answer_set(
     ex: &mut Explorer<'_>,
     question: &Question,
     cues: &Cues,
-) -> Result<Option<(Selection, Telling)>> {
+) -> Result<Option<Selection>> {
     let Some(set) = gather_set(ex, question, cues)? else {
         return Ok(None);
     };
@@ -685,8 +651,7 @@ fn answer_set(
     for &i in &chosen {
         ex.history.push(format!("cited {}", set.why(i)));
     }
-    let sel = set.selection(&chosen);
-    Ok(Some((sel, set.telling)))
+    Ok(Some(set.selection(&chosen)))
 }
 
 /// One pass: retrieve, score, choose. The first citation is the answer; others are added
