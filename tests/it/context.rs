@@ -124,6 +124,24 @@ fn a_window_for_a_question_holds_the_turns_that_bear_on_it() {
     assert_eq!(w.level, "auto");
 }
 
+/// A window for a question shows a long turn as an excerpt of at most 80 tokens (chosen on
+/// QMSum `val`, docs/EVAL.md; `query` cites at most 60): no evidence part quotes more, and a
+/// turn longer than the 60 tokens `query` would cut it to is shown whole.
+#[test]
+fn a_window_for_a_question_quotes_excerpts_of_at_most_80_tokens() {
+    let e = demo_engine();
+    let w = window_for("debate", "How would the light rail be paid for?", 3000);
+    let mut longest = 0;
+    for n in w.nodes.iter().filter(|n| n.part == "evidence") {
+        let sp = &n.spans[0];
+        let src = e.source_text("debate", &sp.source).unwrap();
+        let quoted = strata::token::count(src[sp.start as usize..sp.end as usize].trim());
+        assert!(quoted <= 80, "{quoted} tokens quoted: {n:?}");
+        longest = longest.max(quoted);
+    }
+    assert!(longest > 60, "the longest part quotes {longest} tokens");
+}
+
 /// Regression: `context --level full --budget 1000` returned an empty window ("0 of 1000
 /// tokens … 30 omitted") when the newest round alone was over the budget, though most of
 /// its turns fit; now the newest turns that fit are kept.
