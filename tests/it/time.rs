@@ -278,7 +278,7 @@ fn a_question_naming_when_reads_what_was_said_then() {
     let note = first_note(&v);
     assert!(
         note.contains("\"in July\": 2023-07")
-            && note.contains("only what was said between 2023-07-01 and 2023-07-31 is read"),
+            && note.contains("only what was said between 2023-07-01 and 2023-08-01 is read"),
         "{note}"
     );
 
@@ -308,8 +308,33 @@ fn a_question_naming_when_reads_what_was_said_then() {
     let v = ask(&db, &[], "What did Caroline do in August 2023?");
     assert_eq!(v["ready"], false, "{v:#}");
     assert!(
-        first_note(&v).contains("nothing was said between 2023-08-01 and 2023-08-31"),
+        first_note(&v).contains("nothing was said between 2023-08-01 and 2023-09-01"),
         "{v:#}"
+    );
+    // Something was said then, but nothing said then answers it: everything is read, the
+    // question as asked (a question's date may be a day nothing was said of it).
+    let v = ask(&db, &[], "What trip is Melanie planning in May 2023?");
+    assert!(quotes(&v)[0].contains("camping trip"), "{v:#}");
+    assert!(
+        v["refinement_history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h.as_str().unwrap().contains("nothing said then answers it")),
+        "{v:#}"
+    );
+    let w = window_json(
+        &db,
+        "400",
+        &["--for", "What trip is Melanie planning in May 2023?"],
+    );
+    assert!(w["text"].as_str().unwrap().contains("camping"), "{w:#}");
+    assert!(
+        w["placed"]
+            .as_str()
+            .unwrap()
+            .contains("so everything is read for it"),
+        "{w:#}"
     );
     // A date after an article names a thing; a range given outright wins.
     let v = ask(&db, &[], "Who set the May 7 deadline?");
@@ -332,7 +357,7 @@ fn a_question_naming_when_reads_what_was_said_then() {
         w["placed"]
             .as_str()
             .unwrap()
-            .contains("between 2023-07-01 and 2023-07-31"),
+            .contains("between 2023-07-01 and 2023-08-01"),
         "{w:#}"
     );
     let w = window_for("I took the kids somewhere in July.");

@@ -57,12 +57,26 @@ pub(crate) fn window(
     given: &TimeRange,
     now: u64,
 ) -> Result<Option<ContextWindow>> {
+    focused(corpus, plan, question, budget, given, now, true)
+}
+
+fn focused(
+    corpus: &Corpus<'_>,
+    plan: &Plan,
+    question: &str,
+    budget: usize,
+    given: &TimeRange,
+    now: u64,
+    place: bool,
+) -> Result<Option<ContextWindow>> {
     super::check_budget(budget)?;
     let asked = question;
-    let Placed { cut, note: placed } = match text::salience::is_question(question) {
+    let whole = plan;
+    let Placed { cut, note: placed } = match place && text::salience::is_question(question) {
         true => placed(corpus, question, std::slice::from_ref(plan), given)?,
         false => Placed::default(),
     };
+    let was_cut = cut.is_some();
     let (plan, question) = match cut {
         Some((mut plans, question)) if plans.len() == 1 => {
             (std::borrow::Cow::Owned(plans.remove(0)), question)
@@ -127,6 +141,17 @@ pub(crate) fn window(
         Ok(t)
     };
     if scored.is_empty() {
+        // Nothing said then bears on the rest of the question: the rest is read against
+        // everything (its date may name a day nothing was said of it); when nothing
+        // anywhere bears on it either, the window of what was said then.
+        if was_cut && let Some(mut w) = focused(corpus, whole, question, budget, given, now, false)?
+        {
+            w.focus = Some(asked.to_string());
+            w.placed = placed.map(|p| {
+                format!("{p}; nothing said then bears on the rest of the question, so everything is read for it")
+            });
+            return Ok(Some(w));
+        }
         return unfocused(placed);
     }
     let turns = &scored;

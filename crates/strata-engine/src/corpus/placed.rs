@@ -21,11 +21,19 @@ pub(crate) struct Placed {
     pub(crate) note: Option<String>,
 }
 
+/// A range a question places itself in reaches this many days past its end: what
+/// happened is told then or after. On REALTALK `dev`'s 41 questions naming a date (real
+/// conversations with timed messages; scripts/realtalk), the range cut at its end held a
+/// gold message in the 1,000-token `--for` window for 25 of them (everything read when
+/// nothing said then bears on the rest of the question), reaching one day past it
+/// 29, two days 29, not placing the questions at all 31 (docs/EVAL.md).
+const TOLD_AFTER_DAYS: usize = 1;
+
 /// A question that places what it asks about in time — "in May 2023", "last week",
 /// "since 2019" ([`crate::text::time::placed`]), resolved against the latest time said in
 /// the scopes (a question about a conversation is asked after it) — reads what was said
-/// then, as `query.during` would, and what was said at another time that mentions a date
-/// then (a July turn's "last month" for June: [`crate::text::time::mentions`], resolved
+/// then (and the day after: [`TOLD_AFTER_DAYS`]), as `query.during` would, and what was
+/// said at another time that mentions a date then (a July turn's "last month" for June: [`crate::text::time::mentions`], resolved
 /// against that turn's own time), when no range was given and the scopes hold something
 /// said then. A date after an article names a thing ("the May 7 deadline") and restricts
 /// nothing; scopes without times, or with nothing said then, are read whole. The note
@@ -51,6 +59,9 @@ pub(crate) fn placed(
     let Some((first, last)) = found.when.days() else {
         return Ok(Placed::default());
     };
+    // What happened on a day is told then or after ("we made pasta" the next evening), and
+    // a message's time may be written in another zone than the day the question names.
+    let last = (0..TOLD_AFTER_DAYS).fold(last, |d, _| d.succ_opt().unwrap_or(d));
     let range = TimeRange {
         since: (bound != Bound::Until).then(|| Time::from_date(first)),
         until: (bound != Bound::Since).then(|| Time::from_date(last)),

@@ -181,6 +181,10 @@ impl Engine {
             let corpus = self.corpus();
             let Placed { cut, note } =
                 off_executor(|| placed(&corpus, question, &plans, &qcfg.during))?;
+            // A question whose date leaves nothing that answers it is read against
+            // everything, without its date words (below; BM25 only when an embedder is
+            // configured: the question's vector is the one of what was said then).
+            let whole = cut.is_some().then(|| plans.clone());
             let (plans, asked) = cut.unwrap_or_else(|| (plans, question.to_string()));
             // Appends leave their chunks pending; a query searches everything stored.
             off_executor(|| self.sync_index())?;
@@ -209,7 +213,24 @@ impl Engine {
                         crate::navigate::llm::run(explorer, question, &root, &helper).await
                     }
                 }
-                None => off_executor(|| crate::navigate::offline(explorer, &asked)),
+                None => off_executor(|| {
+                    let r = crate::navigate::offline(explorer, &asked)?;
+                    match whole {
+                        Some(whole) if r.citations.is_empty() => {
+                            let mut ex = Explorer::new(self.corpus(), whole, qcfg.clone(), now);
+                            ex.set_stop(stop.clone());
+                            let mut again = crate::navigate::offline(ex, &asked)?;
+                            again.refinement_history.insert(
+                                0,
+                                "nothing said then answers it, so everything is read for \
+                                 the rest of the question"
+                                    .to_string(),
+                            );
+                            Ok(again)
+                        }
+                        _ => Ok(r),
+                    }
+                }),
             }
             .map(|mut r| {
                 if let Some(note) = note {
