@@ -256,6 +256,93 @@ fn a_false_premise_is_not_ready_and_a_quoted_question_is_no_answer() {
     );
 }
 
+/// In a conversation, what one says to the other about the other ("It sounds like your
+/// first yoga class was quite an experience!") is not what they did: a question asking it
+/// of the one who said it has a false premise and ends not ready; asked of the other, it
+/// is answered from their own words.
+#[test]
+fn a_sentence_about_the_one_spoken_to_is_not_the_speakers_own() {
+    let turns = [
+        (
+            "Elise",
+            "I finally signed up for yoga. My first yoga class is on Thursday at five!",
+        ),
+        (
+            "Kate",
+            "It sounds like your first yoga class will be quite an experience!",
+        ),
+        ("Elise", "I hope so. I bought a new mat for it."),
+        (
+            "Kate",
+            "I spent the evening baking bread for the neighbours.",
+        ),
+    ];
+    let e = conversation(&turns, 2);
+    let r = ask(&e, "When is Elise's first yoga class?");
+    assert!(r.ready, "{:?}", r.refinement_history);
+    assert!(
+        r.citations[0].quote.contains("Thursday"),
+        "{:?}",
+        r.citations
+    );
+    let r = ask(&e, "When is Kate's first yoga class?");
+    assert!(
+        !r.ready,
+        "a false premise answered from what Kate said to Elise: {:?} {:?}",
+        r.citations, r.refinement_history
+    );
+}
+
+/// A question asking for things of a kind ("What sports …") is answered by turns naming
+/// its members ("volleyball", "skiing"), which rarely say the kind's own word: its search
+/// holds the words the lexicon (WordNet's kinds, `text::kinds`) names them by, and says so.
+#[test]
+fn a_question_for_kinds_of_things_finds_turns_naming_them() {
+    use crate::support::{T0, rt};
+    let turns = [
+        ("Kevin", "Hey Paola, how was your day?"),
+        ("Paola", "Long! I studied in the library until six."),
+        (
+            "Kevin",
+            "I played volleyball with my friends this afternoon.",
+        ),
+        ("Paola", "I bought a new lamp for my desk."),
+        ("Kevin", "Rainy days are the best for reading."),
+        ("Paola", "My brother is visiting next week."),
+        (
+            "Kevin",
+            "In winter I go skiing in the mountains every weekend.",
+        ),
+        ("Paola", "I made soup for dinner."),
+        ("Kevin", "My cousin moved to a new flat downtown."),
+    ];
+    let e = conversation(&turns, 2);
+    let q = "What sports does Kevin enjoy?";
+    let w = rt()
+        .block_on(e.context_for(
+            "chat",
+            q,
+            80,
+            &strata::TimeRange::default(),
+            T0,
+            &strata::NoProgress,
+        ))
+        .unwrap();
+    assert!(
+        w.text.contains("volleyball") && w.text.contains("skiing"),
+        "{}",
+        w.text
+    );
+    let r = ask(&e, q);
+    assert!(
+        r.refinement_history
+            .iter()
+            .any(|h| h.contains("asks for kinds of sport")),
+        "{:?}",
+        r.refinement_history
+    );
+}
+
 /// A question that names a speaker ("What did the Industrial Designer say about …") is
 /// answered from what their turns say: the words of the name are not searched for (every
 /// turn's label holds them, and a meeting's many "Yeah." turns by that speaker matched

@@ -62,6 +62,19 @@ impl Question {
         &self.weights
     }
 
+    /// What its search holds beyond its words: the nouns it asks for kinds of, and how
+    /// many words naming those kinds (`text::kinds`) were searched with it.
+    pub(crate) fn kinds_note(&self) -> Option<String> {
+        (!self.analysed.kinds_of.is_empty()).then(|| {
+            format!(
+                "the question asks for kinds of {}: its search also holds {} words naming them, at half a question word's weight ({})",
+                self.analysed.kinds_of.join(", "),
+                self.analysed.kinds.len(),
+                crate::text::kinds::VERSION
+            )
+        })
+    }
+
     /// The terms of the names it writes with a capital (not its first word).
     pub(crate) fn names(&self) -> &HashSet<String> {
         &self.analysed.names
@@ -94,6 +107,8 @@ impl Question {
                     .cloned()
                     .collect(),
                 terms: kept,
+                kinds: self.analysed.kinds.clone(),
+                kinds_of: self.analysed.kinds_of.clone(),
             },
             weights: self
                 .weights

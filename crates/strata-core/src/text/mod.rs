@@ -6,6 +6,7 @@ use unicode_segmentation::UnicodeSegmentation;
 
 mod ascii;
 mod facts;
+pub mod kinds;
 pub mod question;
 pub mod salience;
 pub mod time;
@@ -15,7 +16,7 @@ pub use question::asks_for_set;
 
 pub(crate) use facts::MONTHS;
 pub use facts::{Facts, facts};
-pub use words::{content_words, is_stopword, term_counts};
+pub use words::{addressed, content_words, is_stopword, term_counts};
 
 /// A sentence of some text, as byte offsets into it (trailing whitespace included, so the
 /// sentences of a text tile it).

@@ -8,7 +8,7 @@
 use unicode_segmentation::UnicodeSegmentation;
 
 /// The version of the question grammar below (the word lists and the rule).
-pub const VERSION: &str = "question-grammar-2";
+pub const VERSION: &str = "question-grammar-3";
 
 /// Words that make a question ask for a set of answers rather than one (quantifiers over
 /// the answers, or an imperative to list them).
@@ -80,9 +80,65 @@ pub fn asks_for_set(question: &str) -> bool {
     plural_after_wh || who_over_time || who
 }
 
+/// The plural nouns a set question asks for the members of: each content word ending in
+/// a plural "s" within two words after "which"/"what" ("What sports …", "Which cities …"),
+/// lower case, as [`asks_for_set`] reads them (a name written with a capital is none);
+/// when "of" follows it ("What types of sports …"), the word after "of" instead.
+pub fn set_heads(question: &str) -> Vec<String> {
+    let written: Vec<&str> = question.unicode_words().filter(|w| !w.is_empty()).collect();
+    let ws: Vec<String> = written.iter().map(|w| w.to_lowercase()).collect();
+    let mut out = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        if w != "which" && w != "what" {
+            continue;
+        }
+        for k in (i + 1..ws.len()).take(2) {
+            let x = ws[k].as_str();
+            let name = k > 0
+                && written[k].chars().next().is_some_and(char::is_uppercase)
+                && written[k].chars().any(char::is_lowercase);
+            let plural = x.len() >= 4
+                && x.ends_with('s')
+                && !x.ends_with("ss")
+                && !x.ends_with("us")
+                && !x.ends_with("'s")
+                && !super::is_stopword(x)
+                && !name;
+            if !plural {
+                continue;
+            }
+            // "what types of sports", "which kinds of food": the kind is the noun after
+            // "of" (the first word that is no stop word).
+            let head = match ws.get(k + 1).map(String::as_str) {
+                Some("of") => ws[k + 2..]
+                    .iter()
+                    .take(2)
+                    .find(|w| !super::is_stopword(w))
+                    .map(String::as_str)
+                    .unwrap_or(x),
+                _ => x,
+            };
+            if !out.iter().any(|o| o == head) {
+                out.push(head.to_string());
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::asks_for_set;
+    use super::{asks_for_set, set_heads};
+
+    #[test]
+    fn a_set_question_names_the_kind_it_asks_for() {
+        assert_eq!(set_heads("What sports does Kevin like?"), ["sports"]);
+        assert_eq!(set_heads("Which cities did they visit?"), ["cities"]);
+        assert_eq!(set_heads("What types of sports did Kevin do?"), ["sports"]);
+        assert_eq!(set_heads("Which kinds of the food did she cook?"), ["food"]);
+        assert!(set_heads("What did Bains say about loans?").is_empty());
+        assert!(set_heads("What is the plan?").is_empty());
+    }
 
     #[test]
     fn set_questions_are_told_from_single_ones() {

@@ -172,6 +172,59 @@ pub fn is_stopword(w: &str) -> bool {
 }
 
 /// Lower-cased content words of `text` (no stop words, no single letters).
+/// Personal pronouns of the first person (the one speaking), contractions included.
+const FIRST_PERSON: &[&str] = &[
+    "i",
+    "i'm",
+    "i've",
+    "i'd",
+    "i'll",
+    "me",
+    "my",
+    "mine",
+    "myself",
+    "we",
+    "we're",
+    "we've",
+    "we'd",
+    "we'll",
+    "us",
+    "our",
+    "ours",
+    "ourselves",
+];
+/// Personal pronouns of the second person (the one spoken to), contractions included.
+const SECOND_PERSON: &[&str] = &[
+    "you",
+    "you're",
+    "you've",
+    "you'd",
+    "you'll",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// Whether `sentence` speaks of the one it is said to and not of the one saying it ("It
+/// sounds like your first yoga class was quite an experience!"): it holds a pronoun of the
+/// second person and none of the first. English grammar's closed class of personal
+/// pronouns, nothing else.
+pub fn addressed(sentence: &str) -> bool {
+    let mut second = false;
+    for w in sentence
+        .split(|c: char| !c.is_alphanumeric() && c != '\'' && c != '\u{2019}')
+        .filter(|w| !w.is_empty())
+    {
+        let w = w.to_lowercase().replace('\u{2019}', "'");
+        if FIRST_PERSON.contains(&w.as_str()) {
+            return false;
+        }
+        second |= SECOND_PERSON.contains(&w.as_str());
+    }
+    second
+}
+
 pub fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
     // An ASCII text's words without the Unicode tables: the same words.
     let words: Box<dyn Iterator<Item = &str>> = if text.is_ascii() {
@@ -198,4 +251,20 @@ pub fn term_counts(text: &str) -> BTreeMap<String, u32> {
         *m.entry(w).or_insert(0) += 1;
     }
     m
+}
+
+#[cfg(test)]
+mod person_tests {
+    use super::addressed;
+
+    #[test]
+    fn a_sentence_about_the_one_spoken_to() {
+        assert!(addressed(
+            "It sounds like your first yoga class was quite an experience!"
+        ));
+        assert!(addressed("You\u{2019}ve run every morning?"));
+        assert!(!addressed("My first class is today, and you should come."));
+        assert!(!addressed("I'm glad you liked it."));
+        assert!(!addressed("The class starts at five."));
+    }
 }

@@ -139,6 +139,9 @@ pub(crate) fn select(ex: &mut Explorer<'_>, question: &str) -> Result<(Vec<Cited
             .push("the question has no searchable words (only stop words?)".into());
         return Ok((Vec::new(), 0.0));
     }
+    if let Some(note) = question.kinds_note() {
+        ex.history.push(note);
+    }
     // Confidence is measured in the words' weight in the text asked (a word it never
     // holds weighs most: a question whose premise is not in the text is not answered by
     // what it does hold), retrieval in the whole index's.
@@ -936,11 +939,14 @@ fn replied(ex: &Explorer<'_>, node: &NodeId, idf: &BTreeMap<String, f64>) -> BTr
 }
 
 /// Whether the candidate `c` is what a speaker the question names as the one speaking
-/// (`named`) said or did: their own turn ([`speaks`]), or a sentence that opens with their
-/// name as who acts (`Named::opens`: "Okafor proposes capping the budget …" in a clerk's
-/// minutes).
+/// (`named`) said or did: their own turn ([`speaks`]) unless the sentence speaks of the one
+/// they speak to (`text::addressed`: "It sounds like your first yoga class was quite an
+/// experience!" is no answer to "When is her first yoga class?" asked of the one who said
+/// it), or a sentence that opens with their name as who acts (`Named::opens`: "Okafor
+/// proposes capping the budget …" in a clerk's minutes).
 fn by_them(ex: &Explorer<'_>, c: &Cand, named: &crate::corpus::speakers::Named) -> bool {
-    speaks(ex, &c.node, &named.subjects) || named.opens(&ex.corpus, &c.quote)
+    (speaks(ex, &c.node, &named.subjects) && !crate::text::addressed(&c.quote))
+        || named.opens(&ex.corpus, &c.quote)
 }
 
 /// Whether the FULL chunk `node` is a turn by one of `speakers`.
