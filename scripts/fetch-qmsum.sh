@@ -48,16 +48,7 @@ verify() {
   local dir=$1 split got
   for split in "${SPLITS[@]}"; do
     [[ -d "$dir/$split" ]] || { log "no directory $dir/$split"; return 1; }
-    got="$("$PYTHON" - "$dir/$split" <<'PY'
-import hashlib, os, sys
-d = sys.argv[1]
-lines = "".join(
-    f"{hashlib.sha256(open(os.path.join(d, n), 'rb').read()).hexdigest()}  {n}\n"
-    for n in sorted(os.listdir(d)) if not n.startswith(".")
-)
-print(len(lines.splitlines()), hashlib.sha256(lines.encode()).hexdigest())
-PY
-)" || return 1
+    got="$(listing_sha "$dir/$split")" || return 1
     if [[ "$got" != "${COUNT[$split]} ${WANT[$split]}" ]]; then
       log "$split: got '$got' (files, sha256), expected '${COUNT[$split]} ${WANT[$split]}'"
       return 1

@@ -39,16 +39,7 @@ trap cleanup EXIT
 
 verify() {
   local got
-  got="$("$PYTHON" - "$1" <<'PY'
-import hashlib, os, sys
-d = sys.argv[1]
-lines = "".join(
-    f"{hashlib.sha256(open(os.path.join(d, n), 'rb').read()).hexdigest()}  {n}\n"
-    for n in sorted(os.listdir(d)) if not n.startswith(".")
-)
-print(len(lines.splitlines()), hashlib.sha256(lines.encode()).hexdigest())
-PY
-)" || return 1
+  got="$(listing_sha "$1")" || return 1
   if [[ "$got" != "$COUNT $WANT" ]]; then
     log "got '$got' (files, sha256), expected '$COUNT $WANT'"
     return 1

@@ -30,6 +30,21 @@ print(h.hexdigest())
 PY
 }
 
+# listing_sha DIR: "<files> <sha256>" of DIR's listing — one line per file (dot files left
+# out), sorted by name, "<sha256 of the file>  <name>\n" — what a fetched data set is
+# pinned by.
+listing_sha() {
+  "$PYTHON" - "$1" <<'PY'
+import hashlib, os, sys
+d = sys.argv[1]
+lines = "".join(
+    f"{hashlib.sha256(open(os.path.join(d, n), 'rb').read()).hexdigest()}  {n}\n"
+    for n in sorted(os.listdir(d)) if not n.startswith(".")
+)
+print(len(lines.splitlines()), hashlib.sha256(lines.encode()).hexdigest())
+PY
+}
+
 # fetch_wheel PKG VERSION WHEEL SHA256 DIST: makes sure DIST/WHEEL is there with that
 # sha256, downloading it with pip (--require-hashes) when it is missing or wrong.
 fetch_wheel() {

@@ -91,22 +91,13 @@ class Chat:
             if gold:
                 self.queries.append({"query": str(q["question"]), "gold": gold, "category": q.get("category")})
 
-    def line(self, i: int) -> str:
-        s, x = self.turns[i]
-        return f"{s}: {x}"
-
     def debate_jsonl(self) -> str:
         return "\n".join(self.rows) + "\n"
 
-    def source_of(self, i: int) -> str:
-        return f"{self.file}#{i + 1}"
-
-    def turn_of_source(self, source: str) -> int | None:
-        f, _, n = source.rpartition("#")
-        if os.path.basename(f) != self.file or not n.isdigit():
-            return None
-        i = int(n) - 1
-        return i if 0 <= i < len(self.turns) else None
+    # A message's line and its source as qmsum_eval.Meeting names a turn's.
+    line = qe.Meeting.line
+    source_of = qe.Meeting.source_of
+    turn_of_source = qe.Meeting.turn_of_source
 
 
 def first_name(speaker: str) -> str:

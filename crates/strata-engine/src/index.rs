@@ -597,20 +597,17 @@ impl Index {
     /// `text` analysed for searching: its terms and its names, once.
     pub(crate) fn analyse_query(&self, text: &str) -> Analysed {
         let terms = self.analyze(text);
-        let mut kinds: Vec<String> = Vec::new();
-        let mut kinds_of: Vec<String> = Vec::new();
-        {
-            let mut seen: HashSet<String> = terms.iter().cloned().collect();
-            for head in crate::text::question::set_heads(text) {
-                let Some(noun) = crate::text::kinds::noun(&head) else {
-                    continue;
-                };
-                kinds_of.push(noun.to_string());
-                for m in crate::text::kinds::members(noun).into_iter().flatten() {
-                    for t in self.analyze(m) {
-                        if seen.insert(t.clone()) {
-                            kinds.push(t);
-                        }
+        let (mut kinds, mut kinds_of) = (Vec::new(), Vec::new());
+        let mut seen: HashSet<String> = terms.iter().cloned().collect();
+        for head in crate::text::question::set_heads(text) {
+            let Some(noun) = crate::text::kinds::noun(&head) else {
+                continue;
+            };
+            kinds_of.push(noun.to_string());
+            for m in crate::text::kinds::members(noun).into_iter().flatten() {
+                for t in self.analyze(m) {
+                    if seen.insert(t.clone()) {
+                        kinds.push(t);
                     }
                 }
             }

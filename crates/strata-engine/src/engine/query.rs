@@ -184,18 +184,15 @@ impl Engine {
             // A question whose date leaves nothing that answers it is read against
             // everything, without its date words (below; BM25 only when an embedder is
             // configured: the question's vector is the one of what was said then).
-            let whole = cut.is_some().then(|| plans.clone());
+            let offline = self.root.is_none() || qcfg.strategy == Strategy::Offline;
+            let whole = (offline && cut.is_some()).then(|| plans.clone());
             let (plans, asked) = cut.unwrap_or_else(|| (plans, question.to_string()));
             // Appends leave their chunks pending; a query searches everything stored.
             off_executor(|| self.sync_index())?;
             let mut explorer = Explorer::new(self.corpus(), plans, qcfg.clone(), now);
             explorer.set_stop(stop.clone());
             explorer.embed_question(&asked).await;
-            match self
-                .root
-                .as_ref()
-                .filter(|_| qcfg.strategy != Strategy::Offline)
-            {
+            match self.root.as_ref().filter(|_| !offline) {
                 Some(root) => {
                     let helper = self.helper.as_deref().unwrap_or(root.as_ref());
                     // Every model call ends as soon as the query must stop.
