@@ -425,6 +425,48 @@ fn iso_date(text: &str, at: usize) -> Option<NaiveDate> {
     NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()
 }
 
+/// A date written in figures with dots or slashes and a four-digit year (`10.01.2024`,
+/// `1/10/2024`) starting at byte `at` of `text`, and where it ends. The day comes first
+/// with dots (the notation's convention: `10.01.2024` is 10 January); with slashes the
+/// month does, as in English-language text (`1/10/2024` is 10 January) — unless a part
+/// over 12 can only be the day.
+fn numeric_date(text: &str, at: usize) -> Option<(NaiveDate, usize)> {
+    let rest = text.get(at..)?;
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let a = digits(rest);
+    let sep = *rest.as_bytes().get(a)?;
+    if !(1..=2).contains(&a) || !matches!(sep, b'.' | b'/') {
+        return None;
+    }
+    let b = digits(&rest[a + 1..]);
+    if !(1..=2).contains(&b) || rest.as_bytes().get(a + 1 + b) != Some(&sep) {
+        return None;
+    }
+    let y = digits(&rest[a + b + 2..]);
+    let end = a + b + 2 + y;
+    // Not part of a longer run of figures ("1.2.2024.5", "10.01.20245").
+    if y != 4
+        || rest[end..].starts_with(|c: char| {
+            c.is_ascii_digit()
+                || c == char::from(sep) && rest[end + 1..].starts_with(|d: char| d.is_ascii_digit())
+        })
+    {
+        return None;
+    }
+    let (first, second): (u32, u32) = (
+        rest[..a].parse().ok()?,
+        rest[a + 1..a + 1 + b].parse().ok()?,
+    );
+    let year: i32 = rest[a + b + 2..end].parse().ok()?;
+    let (day, month) = match (sep, first > 12, second > 12) {
+        (_, true, false) => (first, second),
+        (_, false, true) => (second, first),
+        (b'.', _, _) => (first, second),
+        _ => (second, first),
+    };
+    Some((NaiveDate::from_ymd_opt(year, month, day)?, at + end))
+}
+
 /// The expression starting at word `i`: how many words it takes and when it means.
 fn parse_at(
     text: &str,
@@ -441,6 +483,12 @@ fn parse_at(
         && words
             .get(i + 2)
             .is_some_and(|t| t.end == words[i].start + 10)
+    {
+        return Some((3, When::Day(d)));
+    }
+    // A date in figures: three words (`10`, `01`, `2024`) joined by dots or slashes.
+    if let Some((d, end)) = numeric_date(text, words[i].start)
+        && words.get(i + 2).is_some_and(|t| t.end == end)
     {
         return Some((3, When::Day(d)));
     }
@@ -671,6 +719,31 @@ mod tests {
             .collect();
         assert_eq!(got, ["2023-05-05", "2023-05-15/2023-05-21", "2023-06-02"]);
         assert!(mentions("Nothing dated here.", anchor()).is_empty());
+    }
+
+    #[test]
+    fn a_date_in_figures_puts_the_day_first_with_dots_and_the_month_first_with_slashes() {
+        check("10.01.2024", "2024-01-10");
+        check("1.2.2024", "2024-02-01");
+        check("1/10/2024", "2024-01-10");
+        check("25/12/2023", "2023-12-25");
+        check("12.25.2023", "2023-12-25");
+        for not_a_date in [
+            "10.01.24",
+            "10.01.20245",
+            "1.2.2024.5",
+            "31.02.2024",
+            "10.01/2024",
+            "100.1.2024",
+        ] {
+            assert_eq!(resolve(not_a_date, anchor()), None, "{not_a_date:?}");
+        }
+        let q = "What is Paola planning to do on 10.01.2024?";
+        let (found, _) = placed(q, anchor()).expect("placed");
+        assert_eq!(
+            (found.when.iso(), &q[found.start..found.end]),
+            ("2024-01-10".to_string(), "10.01.2024")
+        );
     }
 
     #[test]
