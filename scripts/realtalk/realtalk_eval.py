@@ -132,7 +132,12 @@ def main() -> int:
     ap.add_argument("--data", required=True)
     ap.add_argument("--split", choices=["dev", "test", "all"], default="dev")
     ap.add_argument("--strata", default="target/debug/strata")
-    ap.add_argument("--workdir", default="target/realtalk")
+    ap.add_argument(
+        "--workdir",
+        default="target/realtalk",
+        help="each split's store goes in WORKDIR/SPLIT: BM25's statistics cover every scope of a store, so a store "
+        "shared by the splits would rank each a little differently",
+    )
     ap.add_argument("--budgets", default="500,1000,2000")
     ap.add_argument("--no-windows", action="store_true")
     ap.add_argument("--negatives", action="store_true")
@@ -151,7 +156,7 @@ def main() -> int:
     for n in names:
         with open(os.path.join(a.data, n), encoding="utf-8") as f:
             chats.append(Chat(n[: -len(".json")], json.load(f)))
-    strata = qe.Strata(a.strata, a.workdir)
+    strata = qe.Strata(a.strata, os.path.join(a.workdir, a.split))
     try:
         known = {s["scope"] for s in json.loads(strata.run("--json", "stats")).get("scopes", [])}
     except (RuntimeError, ValueError, AttributeError):
