@@ -432,39 +432,34 @@ fn iso_date(text: &str, at: usize) -> Option<NaiveDate> {
 /// over 12 can only be the day.
 fn numeric_date(text: &str, at: usize) -> Option<(NaiveDate, usize)> {
     let rest = text.get(at..)?;
-    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
-    let a = digits(rest);
-    let sep = *rest.as_bytes().get(a)?;
-    if !(1..=2).contains(&a) || !matches!(sep, b'.' | b'/') {
+    let sep = rest.bytes().find(|b| !b.is_ascii_digit())?;
+    if !matches!(sep, b'.' | b'/') {
         return None;
     }
-    let b = digits(&rest[a + 1..]);
-    if !(1..=2).contains(&b) || rest.as_bytes().get(a + 1 + b) != Some(&sep) {
+    // The whole run of figures and that separator (a sentence's full stop left out): three
+    // parts, or it is not a date ("1.2.2024.5", "10.01/2024").
+    let run = rest
+        .bytes()
+        .take_while(|&b| b.is_ascii_digit() || b == sep)
+        .count();
+    let run = rest[..run].trim_end_matches(char::from(sep));
+    let [first, second, year] = run.split(char::from(sep)).collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    if !(1..=2).contains(&first.len()) || !(1..=2).contains(&second.len()) || year.len() != 4 {
         return None;
     }
-    let y = digits(&rest[a + b + 2..]);
-    let end = a + b + 2 + y;
-    // Not part of a longer run of figures ("1.2.2024.5", "10.01.20245").
-    if y != 4
-        || rest[end..].starts_with(|c: char| {
-            c.is_ascii_digit()
-                || c == char::from(sep) && rest[end + 1..].starts_with(|d: char| d.is_ascii_digit())
-        })
-    {
-        return None;
-    }
-    let (first, second): (u32, u32) = (
-        rest[..a].parse().ok()?,
-        rest[a + 1..a + 1 + b].parse().ok()?,
-    );
-    let year: i32 = rest[a + b + 2..end].parse().ok()?;
+    let (first, second): (u32, u32) = (first.parse().ok()?, second.parse().ok()?);
     let (day, month) = match (sep, first > 12, second > 12) {
         (_, true, false) => (first, second),
         (_, false, true) => (second, first),
         (b'.', _, _) => (first, second),
         _ => (second, first),
     };
-    Some((NaiveDate::from_ymd_opt(year, month, day)?, at + end))
+    Some((
+        NaiveDate::from_ymd_opt(year.parse().ok()?, month, day)?,
+        at + run.len(),
+    ))
 }
 
 /// The expression starting at word `i`: how many words it takes and when it means.
@@ -738,6 +733,12 @@ mod tests {
         ] {
             assert_eq!(resolve(not_a_date, anchor()), None, "{not_a_date:?}");
         }
+        let said = "We met on 10.01.2024. It rained.";
+        let got: Vec<(String, &str)> = mentions(said, anchor())
+            .iter()
+            .map(|f| (f.when.iso(), &said[f.start..f.end]))
+            .collect();
+        assert_eq!(got, [("2024-01-10".to_string(), "10.01.2024")]);
         let q = "What is Paola planning to do on 10.01.2024?";
         let (found, _) = placed(q, anchor()).expect("placed");
         assert_eq!(
