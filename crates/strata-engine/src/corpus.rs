@@ -207,13 +207,14 @@ impl<'a> Corpus<'a> {
         self.index.adjacent_pairs(text)
     }
 
-    /// Inverse document frequency of an analysed term.
-    pub(crate) fn idf(&self, term: &str) -> f64 {
-        self.index.idf(term)
+    /// Inverse document frequency of an analysed term within `scopes` (empty: every scope).
+    pub(crate) fn idf(&self, term: &str, scopes: &[String]) -> f64 {
+        self.index.idf(term, scopes)
     }
 
-    /// `text` analysed once, for every search and score of it.
-    pub(crate) fn question(&self, text: &str) -> Question {
+    /// `text` analysed once, for every search and score of it, its words weighed by their
+    /// statistics within `scopes` (the text it is asked of; empty: every scope).
+    pub(crate) fn question(&self, text: &str, scopes: &[String]) -> Question {
         let analysed = self.index.analyse_query(text);
         let weights = analysed
             .terms
@@ -224,7 +225,7 @@ impl<'a> Corpus<'a> {
                 } else {
                     1.0
                 };
-                (t.clone(), boost * self.index.idf(t))
+                (t.clone(), boost * self.index.idf(t, scopes))
             })
             .collect();
         Question {

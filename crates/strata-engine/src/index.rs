@@ -174,6 +174,9 @@ pub struct Index {
     f: Fields,
     /// Tokens of the live documents' text, for the searcher generation it was counted on.
     live_tokens: Mutex<Option<(u64, u64)>>,
+    /// Live documents and their tokens per set of scopes searched, for the searcher
+    /// generation they were counted on ([`ScopeStats`]).
+    scope_totals: Mutex<ScopeTotalsCache>,
     /// FULL chunks' sentences as analysed for scoring ([`Index::sentences_of`]).
     sentences: Mutex<SentenceCache>,
     /// Opened by [`Index::open_overlay`]: every write stays in memory.
@@ -243,15 +246,61 @@ impl SentenceCache {
 /// nodes with different histories — a replica that followed every change, one rebuilt
 /// from the store — would rank the same question differently. These depend only on the
 /// documents that are there.
+///
+/// And only on the scopes searched, when a search names them: a debate's answers do not
+/// change because another debate, or another tenant's documents, were loaded into the
+/// same store (its word statistics are its own), and the ranking tells nothing of what
+/// other scopes hold.
 struct LiveStats<'a> {
     index: &'a Index,
     searcher: &'a Searcher,
+    /// The scopes searched; empty: every scope.
+    scopes: &'a [String],
+}
+
+impl LiveStats<'_> {
+    /// Live documents of the scopes and their tokens, counted once per searcher
+    /// generation and set of scopes.
+    fn scope_totals(&self) -> tantivy::Result<(u64, u64)> {
+        let generation = self.searcher.generation().generation_id();
+        let mut key = self.scopes.to_vec();
+        key.sort_unstable();
+        key.dedup();
+        {
+            let cache = self.index.scope_totals.lock().expect("poisoned");
+            if cache.0 == generation
+                && let Some(t) = cache.1.get(&key)
+            {
+                return Ok(*t);
+            }
+        }
+        let within = any_of(
+            self.scopes
+                .iter()
+                .map(|x| Term::from_field_text(self.index.f.scope, x)),
+        );
+        let totals = self.searcher.search(&within, &ScopeTotals)?;
+        let mut cache = self.index.scope_totals.lock().expect("poisoned");
+        if cache.0 != generation {
+            *cache = (generation, HashMap::new());
+        }
+        // A bound on what a long-lived process keeps: every set of scopes asked since the
+        // index last changed.
+        if cache.1.len() >= 4096 {
+            cache.1.clear();
+        }
+        cache.1.insert(key, totals);
+        Ok(totals)
+    }
 }
 
 impl Bm25StatisticsProvider for LiveStats<'_> {
     fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
         if field != self.index.f.text {
             return Bm25StatisticsProvider::total_num_tokens(self.searcher, field);
+        }
+        if !self.scopes.is_empty() {
+            return Ok(self.scope_totals()?.1);
         }
         let generation = self.searcher.generation().generation_id();
         let mut cache = self.index.live_tokens.lock().expect("poisoned");
@@ -275,11 +324,83 @@ impl Bm25StatisticsProvider for LiveStats<'_> {
     }
 
     fn total_num_docs(&self) -> tantivy::Result<u64> {
+        if !self.scopes.is_empty() {
+            return Ok(self.scope_totals()?.0);
+        }
         Ok(self.searcher.num_docs())
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        live_doc_freq(self.searcher, term)
+        if self.scopes.is_empty() {
+            return live_doc_freq(self.searcher, term);
+        }
+        let f = self.index.f;
+        let q = BooleanQuery::new(vec![
+            (
+                Occur::Must,
+                any_of(
+                    self.scopes
+                        .iter()
+                        .map(|x| Term::from_field_text(f.scope, x)),
+                ),
+            ),
+            (
+                Occur::Must,
+                Box::new(TermQuery::new(term.clone(), IndexRecordOption::Basic)),
+            ),
+        ]);
+        Ok(self.searcher.search(&q, &tantivy::collector::Count)? as u64)
+    }
+}
+
+/// A searcher generation, and per set of scopes (sorted, distinct) their live documents
+/// and tokens counted on it.
+type ScopeTotalsCache = (u64, HashMap<Vec<String>, (u64, u64)>);
+
+/// Counts the live documents a query matches and sums their `tokens`.
+struct ScopeTotals;
+
+impl tantivy::collector::Collector for ScopeTotals {
+    type Fruit = (u64, u64);
+    type Child = ScopeTotalsSegment;
+
+    fn for_segment(
+        &self,
+        _: tantivy::SegmentOrdinal,
+        seg: &tantivy::SegmentReader,
+    ) -> tantivy::Result<ScopeTotalsSegment> {
+        Ok(ScopeTotalsSegment {
+            tokens: seg.fast_fields().u64("tokens")?,
+            totals: (0, 0),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        false
+    }
+
+    fn merge_fruits(&self, parts: Vec<(u64, u64)>) -> tantivy::Result<(u64, u64)> {
+        Ok(parts
+            .into_iter()
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)))
+    }
+}
+
+struct ScopeTotalsSegment {
+    tokens: tantivy::columnar::Column<u64>,
+    totals: (u64, u64),
+}
+
+impl tantivy::collector::SegmentCollector for ScopeTotalsSegment {
+    type Fruit = (u64, u64);
+
+    fn collect(&mut self, doc: tantivy::DocId, _: tantivy::Score) {
+        self.totals.0 += 1;
+        self.totals.1 += self.tokens.first(doc).unwrap_or(0);
+    }
+
+    fn harvest(self) -> (u64, u64) {
+        self.totals
     }
 }
 
@@ -395,6 +516,7 @@ impl Index {
             writer: Mutex::new(None),
             f,
             live_tokens: Mutex::new(None),
+            scope_totals: Mutex::new((u64::MAX, HashMap::new())),
             sentences: Mutex::new(SentenceCache::default()),
             overlay: false,
         })
@@ -705,12 +827,20 @@ impl Index {
         v
     }
 
-    /// Inverse document frequency of an analysed term over nodes of `level` (all scopes).
-    pub fn idf(&self, term: &str) -> f64 {
+    /// Inverse document frequency of an analysed term over the nodes of `scopes` (every
+    /// level; empty: every scope), live documents only, as the BM25 statistics count
+    /// ([`LiveStats`]).
+    pub fn idf(&self, term: &str, scopes: &[String]) -> f64 {
         let s = self.reader.searcher();
-        let n = s.num_docs().max(1) as f64;
-        // Live documents only, like the BM25 statistics (`LiveStats`).
-        let df = live_doc_freq(&s, &Term::from_field_text(self.f.text, term)).unwrap_or(0) as f64;
+        let stats = LiveStats {
+            index: self,
+            searcher: &s,
+            scopes,
+        };
+        let n = stats.total_num_docs().unwrap_or(0).max(1) as f64;
+        let df = stats
+            .doc_freq(&Term::from_field_text(self.f.text, term))
+            .unwrap_or(0) as f64;
         ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
     }
 
@@ -785,7 +915,7 @@ impl Index {
             text_q.push((Occur::Should, bm25));
             let present: Box<dyn Query> = Box::new(ConstScoreQuery::new(
                 Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
-                (COVERAGE_WEIGHT * boost * self.idf(t)) as f32,
+                (COVERAGE_WEIGHT * boost * self.idf(t, q.scopes)) as f32,
             ));
             text_q.push((Occur::Should, present));
         }
@@ -830,6 +960,7 @@ impl Index {
         let stats = LiveStats {
             index: self,
             searcher: &searcher,
+            scopes: q.scopes,
         };
         // A few more than asked for, so that equal scores are ordered by node id below,
         // not by where each document happens to sit in this index's segments.

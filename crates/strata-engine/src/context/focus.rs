@@ -84,7 +84,7 @@ fn focused(
         _ => (std::borrow::Cow::Borrowed(plan), question.to_string()),
     };
     let (plan, question) = (&*plan, question.as_str());
-    let q = corpus.question(question);
+    let q = corpus.question(question, std::slice::from_ref(&plan.scope));
     // Nothing to search for, or nothing found: the caller serves the unfocused window; a
     // question placed in time ("What happened last week?") gets the unfocused window of
     // what was said then.

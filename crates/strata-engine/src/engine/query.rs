@@ -276,7 +276,7 @@ impl Engine {
         off_executor(|| {
             self.sync_index()?;
             let trees = Trees::new(plans);
-            let question = corpus.question(pattern);
+            let question = corpus.question(pattern, &trees.scopes());
             let found = corpus.search(
                 &trees,
                 &Search {

@@ -63,13 +63,14 @@ fn ranking_depends_on_the_live_documents_only() {
     assert_eq!(fresh.n_docs(), churned.n_docs());
     for q in ["ferry berths", "harbour ferry fares", "boats"] {
         assert_eq!(search(&fresh, q), search(&churned, q), "{q}");
-        assert_eq!(fresh.idf("ferri"), churned.idf("ferri"));
+        assert_eq!(fresh.idf("ferri", &[]), churned.idf("ferri", &[]));
     }
     // With nothing deleted, the live statistics are tantivy's own.
     let s = fresh.reader.searcher();
     let live = LiveStats {
         index: &fresh,
         searcher: &s,
+        scopes: &[],
     };
     assert_eq!(
         live.total_num_tokens(fresh.f.text).unwrap(),

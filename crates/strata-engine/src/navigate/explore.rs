@@ -248,6 +248,12 @@ impl<'a> Explorer<'a> {
         Ok(hits)
     }
 
+    /// `text` analysed once, its words weighed by their statistics within the scopes
+    /// explored ([`Corpus::question`]).
+    pub(crate) fn question(&self, text: &str) -> Question {
+        self.corpus.question(text, &self.trees.scopes())
+    }
+
     /// `ids` ranked by a search for `question` among them, through the same seam as `grep`.
     /// Every id is kept: those without a hit score 0; ties keep the given order.
     pub(crate) fn rank(

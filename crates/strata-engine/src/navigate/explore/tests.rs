@@ -199,7 +199,7 @@ fn rank_keeps_every_id_hits_first_and_records_a_step() {
     let e = engine(2);
     let mut ex = explorer(&e);
     let f = fulls(&ex);
-    let q = ex.corpus.question("ferry");
+    let q = ex.question("ferry");
     let ranked = ex.rank(&q, vec![f[3], f[2], f[0], f[1]]).unwrap();
     let ids: Vec<NodeId> = ranked.iter().map(|(id, _)| *id).collect();
     // The two ferry paragraphs first (by score), then the rest in the given order.

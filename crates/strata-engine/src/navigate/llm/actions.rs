@@ -64,7 +64,7 @@ impl Nav<'_, '_> {
     pub(super) fn grep(&mut self, pattern: &str, level: Level) -> Result<()> {
         let working: Vec<NodeId> = self.ex.working.iter().map(|(id, _)| *id).collect();
         let within = self.beneath(&working, level);
-        let pattern_q = self.ex.corpus.question(pattern);
+        let pattern_q = self.ex.question(pattern);
         let hits = self.ex.grep(
             &pattern_q,
             &[level],

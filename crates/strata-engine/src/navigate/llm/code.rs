@@ -59,7 +59,7 @@ pub(crate) async fn run(
     );
     // No intent call: the program reads the question itself; ranking uses its words.
     nav.intent = Intent::heuristic(&nav.ex, question);
-    nav.ranking = nav.ex.corpus.question(question);
+    nav.ranking = nav.ex.question(question);
     nav.start(helper).await?;
     loop {
         let last = nav.last_turn();
@@ -511,7 +511,7 @@ impl View for Prims<'_, '_, '_> {
         let level = level.unwrap_or(Level::Full);
         let working: Vec<NodeId> = self.nav.ex.working.iter().map(|(id, _)| *id).collect();
         let within = self.nav.beneath(&working, level);
-        let q = self.nav.ex.corpus.question(pattern);
+        let q = self.nav.ex.question(pattern);
         let hits = self
             .nav
             .ex
@@ -521,7 +521,7 @@ impl View for Prims<'_, '_, '_> {
     }
 
     fn search(&mut self, query: &str, limit: usize) -> Answer {
-        let q = self.nav.ex.corpus.question(query);
+        let q = self.nav.ex.question(query);
         let hits = self
             .nav
             .ex

@@ -150,7 +150,7 @@ pub(crate) async fn run(
 
 impl<'e, 'a> Nav<'e, 'a> {
     fn new(ex: Explorer<'a>, question: &'e str) -> Self {
-        let asked = ex.corpus.question(question);
+        let asked = ex.question(question);
         Nav {
             asked,
             ex,
@@ -200,7 +200,7 @@ impl<'e, 'a> Nav<'e, 'a> {
         );
         self.ex.step("intent", detail);
         let ranking = format!("{} {}", self.question, self.intent.keywords.join(" "));
-        self.ranking = self.ex.corpus.question(&ranking);
+        self.ranking = self.ex.question(&ranking);
         Ok(())
     }
 

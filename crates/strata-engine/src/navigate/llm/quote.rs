@@ -127,7 +127,7 @@ impl Nav<'_, '_> {
             // Beneath a high node (an ABSTRACT over a long scope) more chunks than are
             // scanned: those that share the quote's words first.
             let fulls = if fulls.len() > QUOTE_SCAN && !wanted.trim().is_empty() {
-                let by_quote = self.ex.corpus.question(&wanted);
+                let by_quote = self.ex.question(&wanted);
                 self.ex
                     .rank(&by_quote, fulls)?
                     .into_iter()

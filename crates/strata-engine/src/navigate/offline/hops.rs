@@ -12,13 +12,14 @@ use std::collections::{BTreeSet, HashMap};
 /// for ("… baked by a chef called Tircaltir." → "Tircaltir").
 fn bridges(ex: &Explorer<'_>, quote: &str, question_terms: &[String]) -> Vec<(String, f64)> {
     let index = ex.corpus;
+    let scopes = ex.trees.scopes();
     let mut out: Vec<(String, f64)> = Vec::new();
     for e in text::facts(quote).entities {
         let ts = index.analyze(&e);
         if ts.is_empty() || ts.iter().all(|t| question_terms.contains(t)) {
             continue;
         }
-        let idf = ts.iter().map(|t| index.idf(t)).fold(0.0, f64::max);
+        let idf = ts.iter().map(|t| index.idf(t, &scopes)).fold(0.0, f64::max);
         if !out.iter().any(|(x, _)| *x == e) {
             out.push((e, idf));
         }
@@ -79,7 +80,7 @@ pub(super) fn second_hop(
         named: cues.named.clone(),
         ..Default::default()
     };
-    let hop_q = index.question(&hop_q);
+    let hop_q = ex.question(&hop_q);
     let Some(hop) = answer(ex, &hop_q, &hop_cues, false)? else {
         return Ok(());
     };
@@ -115,12 +116,12 @@ pub(super) fn same_round(
     main: &str,
     anchor: &str,
 ) -> Result<Option<Selection>> {
-    let main = ex.corpus.question(main);
+    let main = ex.question(main);
     let main_cues = Cues::of(ex, &main);
     if main_cues.subjects.is_empty() {
         return Ok(None);
     }
-    let anchor = ex.corpus.question(anchor);
+    let anchor = ex.question(anchor);
     let anchor_cues = Cues::of(ex, &anchor);
     let Some(a) = answer(ex, &anchor, &anchor_cues, true)? else {
         return Ok(None);

@@ -133,7 +133,7 @@ pub(crate) fn offline(mut ex: Explorer<'_>, question: &str) -> Result<QueryResul
 /// What the offline policy would cite for `question`, best first, and its confidence,
 /// without finishing: the evidence another policy can check its answer against.
 pub(crate) fn select(ex: &mut Explorer<'_>, question: &str) -> Result<(Vec<Cited>, f64)> {
-    let question = ex.corpus.question(&normalise_question(question));
+    let question = ex.question(&normalise_question(question));
     if question.terms().is_empty() {
         ex.history
             .push("the question has no searchable words (only stop words?)".into());
@@ -342,7 +342,7 @@ pub(crate) fn set_candidates(
     ex: &mut Explorer<'_>,
     question: &str,
 ) -> Result<Option<SetCandidates>> {
-    let question = ex.corpus.question(&normalise_question(question));
+    let question = ex.question(&normalise_question(question));
     if question.terms().is_empty() {
         return Ok(None);
     }
