@@ -80,3 +80,65 @@ fn ranking_depends_on_the_live_documents_only() {
     let tied = search(&fresh, "boats");
     assert_eq!(tied[0].0, NodeId([5; 32]));
 }
+
+fn scoped_search(i: &Index, q: &str, scope: &str) -> Vec<(NodeId, u32)> {
+    let a = i.analyse_query(q);
+    let scopes = [scope.to_string()];
+    i.search(&Grep {
+        query: &a,
+        scopes: &scopes,
+        levels: &[],
+        within: None,
+        limit: 3,
+    })
+    .unwrap()
+    .into_iter()
+    .map(|h| (h.id, (h.score * 1000.0).round() as u32))
+    .collect()
+}
+
+// A scope's ranking reads its own documents' statistics: an index that also holds another
+// scope (which repeats the question's words, some of its documents deleted since) scores a
+// search of the scope exactly as an index holding the scope alone.
+#[test]
+fn a_scopes_ranking_depends_on_its_own_documents_only() {
+    let mine = [
+        node(1, "The ferry needs twelve berths at the harbour."),
+        node(2, "The harbour ferry runs every hour; ferry fares rise."),
+        node(3, "Berths cost money."),
+        node(4, "Nothing about boats here."),
+    ];
+    let theirs: Vec<Node> = (10..40u8)
+        .map(|k| Node {
+            scope: "t".into(),
+            ..node(
+                k,
+                "Ferry fares and ferry berths, again and again at length.",
+            )
+        })
+        .collect();
+    let alone = Index::in_memory().unwrap();
+    alone.upsert(&mine).unwrap();
+    alone.commit().unwrap();
+    let shared = Index::in_memory().unwrap();
+    shared.upsert(&theirs).unwrap();
+    shared.upsert(&mine).unwrap();
+    shared.commit().unwrap();
+    shared.delete(&[theirs[0].id, theirs[1].id]).unwrap();
+    shared.commit().unwrap();
+    let s = ["s".to_string()];
+    for q in ["ferry berths", "harbour ferry fares", "berths money"] {
+        assert_eq!(
+            scoped_search(&alone, q, "s"),
+            scoped_search(&shared, q, "s"),
+            "{q}"
+        );
+        assert_eq!(alone.idf("ferri", &s), shared.idf("ferri", &s));
+    }
+    // The whole store's statistics are another reading: the other scope's documents count.
+    assert_ne!(alone.idf("ferri", &[]), shared.idf("ferri", &[]));
+    assert_ne!(
+        search(&alone, "ferry berths"),
+        search(&shared, "ferry berths")
+    );
+}
