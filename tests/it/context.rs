@@ -145,6 +145,79 @@ fn a_window_for_a_question_quotes_excerpts_of_at_most_80_tokens() {
 /// Regression: `context --level full --budget 1000` returned an empty window ("0 of 1000
 /// tokens … 30 omitted") when the newest round alone was over the budget, though most of
 /// its turns fit; now the newest turns that fit are kept.
+/// A window for a question places each excerpt once per block: where and when it was said
+/// heads the excerpts said there (`## Round 2, 2024-01-10`), and each line names its
+/// speaker — every excerpt's speaker, round and date are in the window, not repeated on
+/// every line of a chat.
+#[test]
+fn a_window_for_a_question_heads_each_round_and_date_once() {
+    let e = strata::Engine::in_memory(strata::Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let turns = [
+        (
+            1,
+            "2024-01-09",
+            "Ana",
+            "Morning! The weather is grey again.",
+        ),
+        (1, "2024-01-09", "Ben", "I read a book about lighthouses."),
+        (
+            2,
+            "2024-01-10",
+            "Ana",
+            "We baked a lemon tart for the lighthouse keepers.",
+        ),
+        (
+            2,
+            "2024-01-10",
+            "Ben",
+            "A lemon tart sounds lovely, how did the tart turn out?",
+        ),
+        (
+            2,
+            "2024-01-10",
+            "Ana",
+            "The tart was a little sour, but the keepers ate all of it.",
+        ),
+        (
+            3,
+            "2024-01-12",
+            "Ben",
+            "My sister baked a lemon tart too, on Friday.",
+        ),
+    ];
+    let mut lines = String::new();
+    for (round, day, who, text) in turns {
+        lines.push_str(&format!(
+            "{{\"round\": {round}, \"time\": \"{day}\", \"speaker\": \"{who}\", \"text\": \"{text}\"}}\n"
+        ));
+    }
+    let path = crate::support::write(dir.path(), "chat.jsonl", lines);
+    e.ingest_files("chat", None, &[path], T0).unwrap();
+    let w = rt()
+        .block_on(e.context_for(
+            "chat",
+            "Who baked a lemon tart?",
+            300,
+            &TimeRange::default(),
+            T0,
+            &NoProgress,
+        ))
+        .unwrap();
+    let t = &w.text;
+    assert_eq!(t.matches("## Round 2, 2024-01-10\n").count(), 1, "{t}");
+    assert!(
+        t.contains("## Round 2, 2024-01-10\nAna: We baked a lemon tart"),
+        "{t}"
+    );
+    assert!(
+        t.contains("## Round 3, 2024-01-12\nBen: My sister baked a lemon tart too"),
+        "{t}"
+    );
+    assert!(!t.contains("(round 2"), "{t}");
+    assert!(w.tokens <= 300 && w.tokens == strata::token::count(t));
+}
+
 #[test]
 fn full_level_window_keeps_the_newest_turns_when_the_last_round_is_over_budget() {
     let e = strata::Engine::in_memory(strata::Config::default()).unwrap();

@@ -7,8 +7,9 @@
 //! over several turns), and the turn right after a hit that asks a question shares more
 //! (a reply answers in other words than the question). The best turns are packed as
 //! excerpts — a short turn whole, a long one cut to its sentences that bear on the
-//! question — each under its speaker, round and time label, in reading order, after a short
-//! overview of the whole scope when the budget allows, so that the excerpts can be placed.
+//! question — each naming its speaker, under a header of the round and date it was said in
+//! (once per block), in reading order, after a short overview of the whole scope when the
+//! budget allows, so that the excerpts can be placed.
 //! Every part cites its exact spans, and says why it was chosen.
 
 use super::{ContextNode, ContextWindow};
@@ -173,15 +174,20 @@ fn focused(
         }
     }
 
-    // Excerpts, best first, while they fit.
+    // Excerpts, best first, while they fit. A turn's line names its speaker; where and when
+    // it was said heads the block of excerpts said there (`## Round 5, 2024-01-10`), once
+    // for all of them: a chat's messages are short, and a label repeated on each would take
+    // a third of the window.
     struct Excerpt {
         chunk: usize,
         start: usize,
         end: usize,
+        place: Option<String>,
         line: String,
         why: BTreeMap<String, f64>,
     }
     let mut chosen: Vec<Excerpt> = Vec::new();
+    let mut places: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut taken = vec![false; turns.len()];
     let first_limit = used + (EVIDENCE_SHARE * (budget - used.min(budget)) as f64) as usize;
     let passes = first
@@ -204,16 +210,27 @@ fn focused(
         let raw = &body[start..end];
         let start = start + (raw.len() - raw.trim_start().len());
         let piece = raw.trim();
-        let line = match plan.chunk_label(t.chunk) {
-            Some(l) => format!("{l}: {piece}"),
-            None => piece.to_string(),
+        let source = &plan.sources[plan.chunks[t.chunk].source];
+        let (place, line) = match source.place_and_speaker() {
+            Some((place, sp)) => (Some(place), format!("{sp}: {piece}")),
+            None => match source.label() {
+                Some(l) => (None, format!("{l}: {piece}")),
+                None => (None, piece.to_string()),
+            },
         };
-        let c = token::count(&line) + 1;
+        let header = match &place {
+            Some(p) if !places.contains(p) => token::count(&place_header(p)) + 1,
+            _ => 0,
+        };
+        let c = token::count(&line) + 1 + header;
         if used + c > limit {
             continue;
         }
         used += c;
         taken[ti] = true;
+        if let Some(p) = &place {
+            places.insert(p.clone());
+        }
         // Its features, named, for the turns taken only.
         let mut why = t.why();
         why.insert("pass".to_string(), pass as f64);
@@ -222,6 +239,7 @@ fn focused(
             chunk: t.chunk,
             start,
             end: start + piece.len(),
+            place,
             line,
             why,
         });
@@ -235,13 +253,18 @@ fn focused(
             parts.push(o.render());
         }
         if !chosen.is_empty() {
-            parts.push(
-                chosen
-                    .iter()
-                    .map(|e| e.line.as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            );
+            let mut lines: Vec<String> = Vec::with_capacity(chosen.len());
+            let mut at: Option<&str> = None;
+            for e in &chosen {
+                if let Some(p) = e.place.as_deref()
+                    && at != Some(p)
+                {
+                    lines.push(place_header(p));
+                }
+                at = e.place.as_deref();
+                lines.push(e.line.clone());
+            }
+            parts.push(lines.join("\n"));
         }
         let text = parts.join("\n\n");
         let tokens = token::count(&text);
@@ -309,6 +332,15 @@ fn focused(
             focus: Some(asked.to_string()),
             placed,
         }));
+    }
+}
+
+/// The header of a block of excerpts said in one place: `## Round 5, 2024-01-10`.
+fn place_header(place: &str) -> String {
+    let mut c = place.chars();
+    match c.next() {
+        Some(first) => format!("## {}{}", first.to_uppercase(), c.as_str()),
+        None => "##".to_string(),
     }
 }
 
