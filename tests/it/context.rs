@@ -14,11 +14,10 @@ fn auto_debate_window_at_1000_tokens() {
         LevelChoice::Auto,
         1000,
         expect![[r#"
-            auto level, 995 of 1000 tokens, 25 node(s), 41 omitted
-            nodes: full × 19, summary × 2, detailed × 4
+            auto level, 950 of 1000 tokens, 21 node(s), 43 omitted
+            nodes: full × 21
             ## Overview (salient sentences)
-            ## Round 42-43 (summary)
-            ## Round 44 (detailed)
+            ## Round 44 (full)
         "#]],
     );
 }
@@ -30,7 +29,7 @@ fn auto_debate_window_at_4000_tokens() {
         LevelChoice::Auto,
         4000,
         expect![[r#"
-            auto level, 3975 of 4000 tokens, 97 node(s), 27 omitted
+            auto level, 3971 of 4000 tokens, 97 node(s), 27 omitted
             nodes: full × 77, summary × 16, full × 4
             ## Overview (salient sentences)
             ## Round 28-43 (summary)

@@ -329,8 +329,8 @@ async fn the_debate_routes() {
           "scope": "d",
           "stale_levels": [],
           "text": "## Overview (salient sentences)\nalice (round 1): The tram line would cost 240 million euros and open…",
-          "token_count": 56,
-          "tokens": 56
+          "token_count": 52,
+          "tokens": 52
         }
         POST query-rlm -> 200
         {

@@ -81,9 +81,9 @@ fn timed_turns_show_their_dates_in_windows_and_citations_and_answer_when() {
     );
     assert_eq!(code, 0, "{err}");
     for line in [
-        "caroline (round 1, 2023-05-08): I went to the LGBTQ support group",
-        "caroline (round 2, 2023-06-09): The adoption agency",
-        "melanie (round 2, 2023-06-09): We are planning a camping trip",
+        "## Round 1 (full)\ncaroline (2023-05-08): I went to the LGBTQ support group",
+        "## Round 2 (full)\ncaroline (2023-06-09): The adoption agency",
+        "\nmelanie (2023-06-09): We are planning a camping trip",
     ] {
         assert!(text.contains(line), "{line:?} not in\n{text}");
     }
@@ -97,7 +97,7 @@ fn timed_turns_show_their_dates_in_windows_and_citations_and_answer_when() {
         json_of(&out)["text"]
             .as_str()
             .unwrap()
-            .contains("melanie (round 3, 2023-07-12): ")
+            .contains("\nmelanie (2023-07-12): ")
     );
 
     // "When did…?": the date comes first, resolved from "last Friday" against the turn's
@@ -701,7 +701,7 @@ async fn http_turns_documents_and_queries_carry_times() {
     assert_eq!(code, 200, "{w}");
     let text = w["text"].as_str().unwrap();
     assert!(
-        text.contains("caroline (round 2, 2023-06-09): The adoption agency"),
+        text.contains("## Round 2 (full)\ncaroline (2023-06-09): The adoption agency"),
         "{text}"
     );
     assert!(!text.contains("support group"), "{text}");

@@ -43,6 +43,17 @@ impl PlannedSource {
         }
     }
 
+    /// [`PlannedSource::label`] under a header that names its round already (a round's
+    /// block of turns): who, and when — `alice`, `alice (2026-03-04)`.
+    pub fn label_within_round(&self) -> Option<String> {
+        let date = self.time.map(|t| t.date_label());
+        match (&self.speaker, date) {
+            (Some(sp), None) => Some(sp.clone()),
+            (Some(sp), Some(d)) => Some(format!("{sp} ({d})")),
+            (None, d) => d,
+        }
+    }
+
     /// A turn's label split in two, for a block of turns said in one place: where and when
     /// (`round 3, 2026-03-04`), and who (`alice`). `None` for a source without a speaker or
     /// without a round and a time (its [`PlannedSource::label`] stands alone).

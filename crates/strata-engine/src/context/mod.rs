@@ -328,7 +328,16 @@ fn chunks_item(
                     if !body.is_empty() {
                         body.push_str(if body.ends_with('\n') { "" } else { "\n" });
                     }
-                    body.push_str(&label(plan, ci, n.text.trim_start()));
+                    // The header names the round: a turn of it says who (and when).
+                    let src = &plan.sources[c.source];
+                    let text = n.text.trim_start();
+                    match src.round.is_some() && src.round == g.round {
+                        true => match src.label_within_round() {
+                            Some(l) => body.push_str(&format!("{l}: {text}")),
+                            None => body.push_str(text),
+                        },
+                        false => body.push_str(&label(plan, ci, text)),
+                    }
                 }
                 last_source = Some(c.source);
                 nodes.push((n.id, n.level, n.tokens));
