@@ -21,6 +21,11 @@ use tantivy::schema::{
 };
 use tantivy::{DocSet, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
+/// Documents of any of `scopes` (the `scope` field of `f`).
+fn in_scopes(f: Fields, scopes: &[String]) -> Box<dyn Query> {
+    any_of(scopes.iter().map(|x| Term::from_field_text(f.scope, x)))
+}
+
 /// Documents holding any of `terms`, each scoring 1 (as tantivy's `TermSetQuery` does). A
 /// handful of terms (a scope, the levels asked for) is a union of term queries: a
 /// `TermSetQuery` builds a finite-state transducer for its set, with a 10,000-entry
@@ -175,7 +180,7 @@ pub struct Index {
     /// Tokens of the live documents' text, for the searcher generation it was counted on.
     live_tokens: Mutex<Option<(u64, u64)>>,
     /// Live documents and their tokens per set of scopes searched, for the searcher
-    /// generation they were counted on ([`ScopeStats`]).
+    /// generation they were counted on ([`LiveStats`]).
     scope_totals: Mutex<ScopeTotalsCache>,
     /// FULL chunks' sentences as analysed for scoring ([`Index::sentences_of`]).
     sentences: Mutex<SentenceCache>,
@@ -256,9 +261,30 @@ struct LiveStats<'a> {
     searcher: &'a Searcher,
     /// The scopes searched; empty: every scope.
     scopes: &'a [String],
+    /// Document frequencies counted for this search (the coverage term's idf and BM25's
+    /// weight read each term's once).
+    df: std::cell::RefCell<HashMap<Term, u64>>,
 }
 
-impl LiveStats<'_> {
+impl<'a> LiveStats<'a> {
+    fn new(index: &'a Index, searcher: &'a Searcher, scopes: &'a [String]) -> Self {
+        LiveStats {
+            index,
+            searcher,
+            scopes,
+            df: Default::default(),
+        }
+    }
+
+    /// The BM25 inverse document frequency of an analysed term of the text field.
+    fn idf(&self, term: &str) -> f64 {
+        let n = self.total_num_docs().unwrap_or(0).max(1) as f64;
+        let df = self
+            .doc_freq(&Term::from_field_text(self.index.f.text, term))
+            .unwrap_or(0) as f64;
+        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+    }
+
     /// Live documents of the scopes and their tokens, counted once per searcher
     /// generation and set of scopes.
     fn scope_totals(&self) -> tantivy::Result<(u64, u64)> {
@@ -274,12 +300,9 @@ impl LiveStats<'_> {
                 return Ok(*t);
             }
         }
-        let within = any_of(
-            self.scopes
-                .iter()
-                .map(|x| Term::from_field_text(self.index.f.scope, x)),
-        );
-        let totals = self.searcher.search(&within, &ScopeTotals)?;
+        let totals = self
+            .searcher
+            .search(&in_scopes(self.index.f, self.scopes), &ScopeTotals)?;
         let mut cache = self.index.scope_totals.lock().expect("poisoned");
         if cache.0 != generation {
             *cache = (generation, HashMap::new());
@@ -331,25 +354,23 @@ impl Bm25StatisticsProvider for LiveStats<'_> {
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        if self.scopes.is_empty() {
-            return live_doc_freq(self.searcher, term);
+        if let Some(&n) = self.df.borrow().get(term) {
+            return Ok(n);
         }
-        let f = self.index.f;
-        let q = BooleanQuery::new(vec![
-            (
-                Occur::Must,
-                any_of(
-                    self.scopes
-                        .iter()
-                        .map(|x| Term::from_field_text(f.scope, x)),
+        let n = if self.scopes.is_empty() {
+            live_doc_freq(self.searcher, term)?
+        } else {
+            let q = BooleanQuery::new(vec![
+                (Occur::Must, in_scopes(self.index.f, self.scopes)),
+                (
+                    Occur::Must,
+                    Box::new(TermQuery::new(term.clone(), IndexRecordOption::Basic)),
                 ),
-            ),
-            (
-                Occur::Must,
-                Box::new(TermQuery::new(term.clone(), IndexRecordOption::Basic)),
-            ),
-        ]);
-        Ok(self.searcher.search(&q, &tantivy::collector::Count)? as u64)
+            ]);
+            self.searcher.search(&q, &tantivy::collector::Count)? as u64
+        };
+        self.df.borrow_mut().insert(term.clone(), n);
+        Ok(n)
     }
 }
 
@@ -832,16 +853,7 @@ impl Index {
     /// ([`LiveStats`]).
     pub fn idf(&self, term: &str, scopes: &[String]) -> f64 {
         let s = self.reader.searcher();
-        let stats = LiveStats {
-            index: self,
-            searcher: &s,
-            scopes,
-        };
-        let n = stats.total_num_docs().unwrap_or(0).max(1) as f64;
-        let df = stats
-            .doc_freq(&Term::from_field_text(self.f.text, term))
-            .unwrap_or(0) as f64;
-        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+        LiveStats::new(self, &s, scopes).idf(term)
     }
 
     /// Each of `terms`' idf among the FULL nodes of `scopes` (the text a question is asked
@@ -856,10 +868,7 @@ impl Index {
         let s = self.reader.searcher();
         let within = || -> Vec<(Occur, Box<dyn Query>)> {
             vec![
-                (
-                    Occur::Must,
-                    any_of(scopes.iter().map(|x| Term::from_field_text(f.scope, x))),
-                ),
+                (Occur::Must, in_scopes(f, scopes)),
                 (
                     Occur::Must,
                     Box::new(TermQuery::new(
@@ -897,6 +906,8 @@ impl Index {
             return Ok(Vec::new());
         }
         let f = self.f;
+        let searcher = self.reader.searcher();
+        let stats = LiveStats::new(self, &searcher, q.scopes);
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         // BM25 per term, plus a coverage term (Lucene's old "coord"): each question term a
         // node contains adds its idf once more, so a node holding all the rare terms beats
@@ -915,7 +926,7 @@ impl Index {
             text_q.push((Occur::Should, bm25));
             let present: Box<dyn Query> = Box::new(ConstScoreQuery::new(
                 Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
-                (COVERAGE_WEIGHT * boost * self.idf(t, q.scopes)) as f32,
+                (COVERAGE_WEIGHT * boost * stats.idf(t)) as f32,
             ));
             text_q.push((Occur::Should, present));
         }
@@ -931,10 +942,7 @@ impl Index {
         }
         clauses.push((Occur::Must, Box::new(BooleanQuery::new(text_q))));
         if !q.scopes.is_empty() {
-            clauses.push((
-                Occur::Must,
-                any_of(q.scopes.iter().map(|s| Term::from_field_text(f.scope, s))),
-            ));
+            clauses.push((Occur::Must, in_scopes(f, q.scopes)));
         }
         if !q.levels.is_empty() {
             clauses.push((
@@ -956,12 +964,6 @@ impl Index {
             ));
         }
         let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
-        let stats = LiveStats {
-            index: self,
-            searcher: &searcher,
-            scopes: q.scopes,
-        };
         // A few more than asked for, so that equal scores are ordered by node id below,
         // not by where each document happens to sit in this index's segments.
         let top = searcher

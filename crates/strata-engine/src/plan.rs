@@ -55,13 +55,13 @@ impl PlannedSource {
     }
 
     /// A turn's label split in two, for a block of turns said in one place: where and when
-    /// (`round 3, 2026-03-04`), and who (`alice`). `None` for a source without a speaker or
+    /// (`Round 3, 2026-03-04`), and who (`alice`). `None` for a source without a speaker or
     /// without a round and a time (its [`PlannedSource::label`] stands alone).
     pub fn place_and_speaker(&self) -> Option<(String, &str)> {
         let sp = self.speaker.as_deref()?;
         let place = match (self.round, self.time.map(|t| t.date_label())) {
-            (Some(r), Some(d)) => format!("round {r}, {d}"),
-            (Some(r), None) => format!("round {r}"),
+            (Some(r), Some(d)) => format!("Round {r}, {d}"),
+            (Some(r), None) => format!("Round {r}"),
             (None, Some(d)) => d,
             (None, None) => return None,
         };

@@ -213,10 +213,7 @@ fn focused(
         let source = &plan.sources[plan.chunks[t.chunk].source];
         let (place, line) = match source.place_and_speaker() {
             Some((place, sp)) => (Some(place), format!("{sp}: {piece}")),
-            None => match source.label() {
-                Some(l) => (None, format!("{l}: {piece}")),
-                None => (None, piece.to_string()),
-            },
+            None => (None, super::labelled(source.label(), piece)),
         };
         let header = match &place {
             Some(p) if !places.contains(p) => token::count(&place_header(p)) + 1,
@@ -337,11 +334,7 @@ fn focused(
 
 /// The header of a block of excerpts said in one place: `## Round 5, 2024-01-10`.
 fn place_header(place: &str) -> String {
-    let mut c = place.chars();
-    match c.next() {
-        Some(first) => format!("## {}{}", first.to_uppercase(), c.as_str()),
-        None => "##".to_string(),
-    }
+    format!("## {place}")
 }
 
 /// The byte range of `body` to show for the question: the whole turn when it is short,

@@ -283,8 +283,9 @@ fn fit(mut items: Vec<Item>, budget: usize) -> (String, usize, Vec<Item>, usize)
     }
 }
 
-fn label(plan: &Plan, ci: usize, text: &str) -> String {
-    match plan.chunk_label(ci) {
+/// `text` after its label (`alice (round 3): …`), or alone without one.
+fn labelled(label: Option<String>, text: &str) -> String {
+    match label {
         Some(l) => format!("{l}: {text}"),
         None => text.to_string(),
     }
@@ -330,14 +331,12 @@ fn chunks_item(
                     }
                     // The header names the round: a turn of it says who (and when).
                     let src = &plan.sources[c.source];
-                    let text = n.text.trim_start();
-                    match src.round.is_some() && src.round == g.round {
-                        true => match src.label_within_round() {
-                            Some(l) => body.push_str(&format!("{l}: {text}")),
-                            None => body.push_str(text),
-                        },
-                        false => body.push_str(&label(plan, ci, text)),
-                    }
+                    let l = if src.round.is_some() && src.round == g.round {
+                        src.label_within_round()
+                    } else {
+                        src.label()
+                    };
+                    body.push_str(&labelled(l, n.text.trim_start()));
                 }
                 last_source = Some(c.source);
                 nodes.push((n.id, n.level, n.tokens));
